@@ -1,0 +1,38 @@
+"""The ``perfguard`` command line: the only place where the modules are wired together.
+
+Each subcommand lives in its own module and imports the heavy parts (torch, SQLAlchemy, asv)
+inside its function body, so ``perfguard --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import click
+
+from perfguard import __version__
+from perfguard.cli.calibrate import calibrate
+from perfguard.cli.check import check
+from perfguard.cli.db import db
+from perfguard.cli.history import history
+from perfguard.cli.report import report
+from perfguard.cli.run import run
+from perfguard.cli.verify import verify
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="perfguard")
+def main() -> None:
+    """Keep attention implementations correct and fast.
+
+    \b
+    perfguard verify                    check every implementation against the float64 reference
+    perfguard run                       benchmark a commit through asv and store the results
+    perfguard check --baseline main     compare HEAD with the merge-base of main; exit 1 on regression
+    perfguard report --out site         render the static history site
+    perfguard history                   the stored series as a table
+
+    Exit codes: 0 ok, 1 regression or failed verification, 2 usage or environment error.
+    """
+
+
+for _command in (verify, run, check, report, history, calibrate, db):
+    main.add_command(_command)

@@ -1,0 +1,173 @@
+"""The history store's schema: SQLAlchemy 2 typed models.
+
+One row per machine *class* (the baseline key: GPU name x count, or CPU model), per commit, per
+run (one asv invocation on one commit on one machine, written in one transaction), per result
+(benchmark x params of a run, with its raw samples), per check and per check item (one verdict).
+Software versions and the full fingerprint are stored with every run, not in the key, so a
+comparison across different software can say so.  The schema is versioned by Alembic
+(``perfguard/migrations``); change a model only together with a new migration.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+        list[float]: JSON,
+        list[str]: JSON,
+        datetime: DateTime(timezone=True),
+    }
+
+
+class Machine(Base):
+    """A hardware class: results are only ever compared within one machine key."""
+
+    __tablename__ = "machines"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))  # "cuda" | "cpu"
+    label: Mapped[str] = mapped_column(String(255))
+    attributes: Mapped[dict[str, Any]]
+    first_seen: Mapped[datetime]
+
+    runs: Mapped[list[Run]] = relationship(back_populates="machine")
+
+
+class Commit(Base):
+    """A commit, or a dirty work tree measured as ``<sha>+dirty.<diff hash>`` (never a baseline)."""
+
+    __tablename__ = "commits"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    sha: Mapped[str] = mapped_column(String(96), unique=True)
+    base_sha: Mapped[str] = mapped_column(String(40), index=True)
+    dirty: Mapped[bool] = mapped_column(Boolean, default=False)
+    branch: Mapped[str | None] = mapped_column(String(255))
+    parents: Mapped[list[str]]
+    subject: Mapped[str] = mapped_column(Text, default="")
+    author: Mapped[str | None] = mapped_column(String(255))
+    committed_at: Mapped[datetime]
+
+    runs: Mapped[list[Run]] = relationship(back_populates="commit")
+
+
+class Run(Base):
+    """One asv invocation on one commit on one machine; committed whole or not at all."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    machine_id: Mapped[int] = mapped_column(ForeignKey("machines.id"), index=True)
+    commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"), index=True)
+    profile: Mapped[str] = mapped_column(String(32))
+    purpose: Mapped[str] = mapped_column(String(16))  # run | baseline | head | retry | calibrate
+    round: Mapped[int] = mapped_column(Integer, default=0)
+    software: Mapped[dict[str, Any]]  # torch, cuda, cudnn, triton, driver, python, asv, perfguard
+    fingerprint: Mapped[dict[str, Any]]  # everything read, including metadata (uuid, hostname)
+    settings: Mapped[dict[str, Any]]  # pinned timing settings: SDPA backend, TF32, cuDNN, warm-up
+    command: Mapped[str] = mapped_column(Text, default="")
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime]
+    status: Mapped[str] = mapped_column(String(16), default="complete")
+
+    machine: Mapped[Machine] = relationship(back_populates="runs")
+    commit: Mapped[Commit] = relationship(back_populates="runs")
+    results: Mapped[list[Result]] = relationship(back_populates="run", cascade="all, delete-orphan")
+
+
+class Result(Base):
+    """One benchmark x params of a run: the median, the raw samples and how they were taken."""
+
+    __tablename__ = "results"
+    __table_args__ = (UniqueConstraint("run_id", "benchmark", "params_key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    benchmark: Mapped[str] = mapped_column(String(255), index=True)  # asv name
+    impl: Mapped[str] = mapped_column(String(128), index=True)
+    params: Mapped[dict[str, Any]]
+    params_key: Mapped[str] = mapped_column(String(512))  # canonical "k=v,k=v" (sorted)
+    metric: Mapped[str] = mapped_column(String(32))  # time | memory | throughput | efficiency
+    unit: Mapped[str] = mapped_column(String(32))  # seconds | bytes | tokens/s | TFLOP/s
+    direction: Mapped[str] = mapped_column(String(8))  # lower | higher (is better)
+    gated: Mapped[bool] = mapped_column(Boolean)
+    status: Mapped[str] = mapped_column(String(16))  # ok | failed | skipped
+    value: Mapped[float | None] = mapped_column(Float)
+    samples: Mapped[list[float] | None]
+    n_samples: Mapped[int] = mapped_column(Integer, default=0)
+    q25: Mapped[float | None] = mapped_column(Float)
+    q75: Mapped[float | None] = mapped_column(Float)
+    method: Mapped[str | None] = mapped_column(String(32))  # cuda-graph | cuda-events | cpu-wall
+    info: Mapped[dict[str, Any]]
+    error: Mapped[str | None] = mapped_column(Text)
+    benchmark_version: Mapped[str | None] = mapped_column(String(128))
+
+    run: Mapped[Run] = relationship(back_populates="results")
+
+
+class Check(Base):
+    """One ``perfguard check``: head against the merge-base of a baseline ref, on one machine."""
+
+    __tablename__ = "checks"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    machine_id: Mapped[int] = mapped_column(ForeignKey("machines.id"), index=True)
+    head_commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"))
+    base_commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"))
+    baseline_ref: Mapped[str] = mapped_column(String(255))
+    profile: Mapped[str] = mapped_column(String(32))
+    threshold: Mapped[float] = mapped_column(Float)
+    verdict: Mapped[str] = mapped_column(String(16))  # pass | regression | broken
+    exit_code: Mapped[int] = mapped_column(Integer)
+    summary: Mapped[dict[str, Any]]  # counts per verdict, durations, retries
+    environment: Mapped[dict[str, Any]]  # software of both sides and what differs
+    config: Mapped[dict[str, Any]]  # thresholds in force
+    command: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime]
+
+    machine: Mapped[Machine] = relationship()
+    head_commit: Mapped[Commit] = relationship(foreign_keys=[head_commit_id])
+    base_commit: Mapped[Commit] = relationship(foreign_keys=[base_commit_id])
+    items: Mapped[list[CheckItem]] = relationship(back_populates="check", cascade="all, delete-orphan")
+
+
+class CheckItem(Base):
+    """One verdict of a check: a benchmark x params, or an implementation that is new/missing/broken."""
+
+    __tablename__ = "check_items"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    check_id: Mapped[int] = mapped_column(ForeignKey("checks.id", ondelete="CASCADE"), index=True)
+    benchmark: Mapped[str] = mapped_column(String(255))
+    impl: Mapped[str] = mapped_column(String(128))
+    params: Mapped[dict[str, Any]]
+    params_key: Mapped[str] = mapped_column(String(512))
+    metric: Mapped[str] = mapped_column(String(32))
+    unit: Mapped[str] = mapped_column(String(32))
+    direction: Mapped[str] = mapped_column(String(8))
+    gated: Mapped[bool] = mapped_column(Boolean)
+    verdict: Mapped[str] = mapped_column(String(16))
+    base_value: Mapped[float | None] = mapped_column(Float)
+    head_value: Mapped[float | None] = mapped_column(Float)
+    ratio: Mapped[float | None] = mapped_column(Float)
+    ci_low: Mapped[float | None] = mapped_column(Float)
+    ci_high: Mapped[float | None] = mapped_column(Float)
+    p_value: Mapped[float | None] = mapped_column(Float)
+    noise: Mapped[float | None] = mapped_column(Float)
+    threshold: Mapped[float] = mapped_column(Float)
+    method: Mapped[str | None] = mapped_column(String(32))
+    retried: Mapped[bool] = mapped_column(Boolean, default=False)
+    base_n: Mapped[int] = mapped_column(Integer, default=0)
+    head_n: Mapped[int] = mapped_column(Integer, default=0)
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+    check: Mapped[Check] = relationship(back_populates="items")
