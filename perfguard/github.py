@@ -1,0 +1,468 @@
+"""GitHub Actions glue for perfguard's workflows: annotations, the job summary, the sticky PR comment.
+
+The workflows in ``.github/workflows/`` call this module as ``python -m perfguard.github ...``:
+
+``step``
+    Run one perfguard command, mirror its output to the log and to a file, record its exit code,
+    and turn a failure into an ``::error::`` annotation that says *why* (exit 1 = regression or
+    failed verification; exit 2 = usage/environment error, with perfguard's own message and hint).
+    Shell can do this too, but ``PIPESTATUS`` juggling and annotation escaping in three workflows
+    is where CI scripts rot (asv #884 and dedupe #1019 in the research notes: exit codes that
+    broke or hid the comment step).
+``summary``
+    Compose the Markdown that goes to the job summary and to the PR comment: the report perfguard
+    wrote, or, when no report exists (verify failed, the baseline could not be resolved, perfguard
+    crashed), a short account of which step failed and its message. Also writes ``pr.json``, the
+    metadata the comment workflow needs.
+``comment``
+    Create or update the *one* perfguard comment on a pull request, found by the hidden marker
+    ``<!-- perfguard-report -->`` and by its author, never a new comment per push.
+
+Why the standard library only: ``comment`` runs in ``perfguard-pr-comment.yml``, a ``workflow_run``
+job that holds a token with ``pull-requests: write``. It must not install packages and must never
+run code from the pull request, so it checks out the default branch and runs this file with the
+runner's bare ``python3``. Everything it reads from the PR's artifact is treated as data: the PR
+number is checked against the workflow run that produced it, and the body is only text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MARKER = "<!-- perfguard-report -->"
+"""Hidden first line of the Markdown report; the comment step finds its own comment by it."""
+
+COMMENT_LIMIT = 65_536
+"""GitHub rejects issue comments longer than this many characters."""
+
+DEFAULT_AUTHOR = "github-actions[bot]"
+"""Login that owns the comment when the workflow's ``GITHUB_TOKEN`` posts it."""
+
+_EXIT_MEANING = {
+    1: "found a regression, a broken benchmark or a failed verification (exit 1)",
+    2: "stopped on a usage or environment error (exit 2)",
+}
+_ERROR_LINE = re.compile(r"^Error: ", re.MULTILINE)
+
+
+class GitHubError(RuntimeError):
+    """A GitHub API call failed or the artifact did not match the run; the message says which."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Workflow commands (https://docs.github.com/actions/reference/workflow-commands-for-github-actions)
+
+
+def escape_data(text: str) -> str:
+    """Escape a workflow-command message so newlines survive (``%0A``) and ``%`` is literal."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """Escape a workflow-command property (``title=...``): also ``:`` and ``,``."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def workflow_command(level: str, message: str, title: str | None = None) -> str:
+    """One ``::error title=...::message`` line (level: error, warning or notice)."""
+    props = f" title={escape_property(title)}" if title else ""
+    return f"::{level}{props}::{escape_data(message)}"
+
+
+def error_message_from_log(log: str) -> str:
+    """The user-facing part of a failed command's output.
+
+    click prints a :class:`perfguard.errors.PerfguardError` as ``Error: <message>`` followed by
+    ``  hint: ...``; that block, not the progress output before it, is what belongs in an
+    annotation. Without such a line (a traceback, a killed process) the last lines are the best
+    evidence there is.
+    """
+    matches = list(_ERROR_LINE.finditer(log))
+    if matches:
+        return log[matches[-1].end() :].strip()
+    tail = [line for line in log.strip().splitlines() if line.strip()]
+    return "\n".join(tail[-15:])
+
+
+def describe_exit(name: str, code: int, log: str) -> tuple[str, str] | None:
+    """(title, message) of the annotation for a perfguard command that exited ``code``; None if 0."""
+    if code == 0:
+        return None
+    if code == 1 and "Traceback (most recent call last)" not in log:
+        detail = error_message_from_log(log) if _ERROR_LINE.search(log) else ""
+        return (
+            f"perfguard {name} {_EXIT_MEANING[1]}",
+            f"perfguard {name} {_EXIT_MEANING[1]}. The job summary and the report artifact show "
+            "which benchmark or implementation." + (f"\n{detail}" if detail else ""),
+        )
+    if code == 2:
+        return (f"perfguard {name} {_EXIT_MEANING[2]}", error_message_from_log(log))
+    if code == 127:
+        return (
+            f"perfguard {name} could not start",
+            "the perfguard command was not found: the 'Install perfguard' step did not put it on PATH "
+            "(see its log).\n" + error_message_from_log(log),
+        )
+    return (f"perfguard {name} crashed (exit {code})", error_message_from_log(log))
+
+
+# --------------------------------------------------------------------------------------------------
+# step: run one perfguard command
+
+
+def run_step(name: str, argv: Sequence[str], log_dir: Path) -> int:
+    """Run ``argv``, stream its output to stdout and ``<log_dir>/<name>.log``, record the exit code.
+
+    Output is copied in chunks as it arrives so that long benchmark runs show progress in the live
+    job log. The exit code lands in ``<name>.exit`` for :func:`compose_summary`, and a non-zero exit
+    prints an ``::error::`` annotation. Returns the command's exit code, which the caller exits with.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    out = sys.stdout.buffer
+    with log_path.open("wb") as log:
+        try:
+            proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        except FileNotFoundError as exc:
+            message = f"{exc.strerror}: {argv[0]}\n".encode()
+            log.write(message)
+            out.write(message)
+            code = 127
+        else:
+            assert proc.stdout is not None
+            for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+                out.write(chunk)
+                out.flush()
+                log.write(chunk)
+            code = proc.wait()
+    (log_dir / f"{name}.exit").write_text(f"{code}\n")
+    annotation = describe_exit(name, code, log_path.read_text(errors="replace"))
+    if annotation:
+        title, message = annotation
+        out.write((workflow_command("error", message, title) + "\n").encode())
+    out.flush()
+    return code
+
+
+# --------------------------------------------------------------------------------------------------
+# summary: the Markdown for the job summary and the PR comment
+
+STEP_ORDER = ("baseline", "verify", "check", "run", "report")
+"""Order in which the workflows run the recorded steps; the first failure is the one explained."""
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What :func:`run_step` (or a workflow's shell step) left behind for one step."""
+
+    name: str
+    exit_code: int | None
+    log: str
+
+
+def read_steps(report_dir: Path) -> list[StepRecord]:
+    """The recorded steps in workflow order (``<name>.exit`` / ``<name>.log`` pairs)."""
+    records = []
+    names = sorted(p.stem for p in report_dir.glob("*.exit"))
+    for name in sorted(names, key=lambda n: (STEP_ORDER.index(n) if n in STEP_ORDER else 99, n)):
+        raw = (report_dir / f"{name}.exit").read_text().strip()
+        log_path = report_dir / f"{name}.log"
+        records.append(
+            StepRecord(
+                name=name,
+                exit_code=int(raw) if raw.lstrip("-").isdigit() else None,
+                log=log_path.read_text(errors="replace") if log_path.exists() else "",
+            )
+        )
+    return records
+
+
+def ensure_marker(body: str) -> str:
+    """The body with :data:`MARKER` as its first line (added if the report lacks it)."""
+    return body if body.lstrip().startswith(MARKER) else f"{MARKER}\n{body}"
+
+
+def truncate_body(body: str, note: str, limit: int = COMMENT_LIMIT) -> str:
+    """Cut ``body`` so that it plus ``note`` fits GitHub's comment limit, at a line boundary."""
+    if len(body) <= limit:
+        return body
+    keep = body[: max(0, limit - len(note) - 2)]
+    keep = keep[: keep.rfind("\n")] if "\n" in keep else keep
+    return f"{keep}\n\n{note}"
+
+
+def compose_summary(
+    report_dir: Path,
+    *,
+    head_sha: str,
+    base_ref: str | None = None,
+    run_url: str | None = None,
+    title: str = "perfguard",
+) -> str:
+    """Markdown for the job summary and the PR comment, always starting with :data:`MARKER`.
+
+    When ``report.md`` exists (perfguard check wrote it, whatever its verdict) it is the body. When
+    it does not, the body says which step failed first and quotes its message, so a PR author sees
+    "the baseline branch could not be resolved" instead of an empty comment.
+    """
+    report = report_dir / "report.md"
+    commit = f"`{head_sha[:12]}`" if head_sha else "this commit"
+    footer_bits = [f"Commit {commit}"]
+    if base_ref:
+        footer_bits.append(f"baseline `{base_ref}`")
+    if run_url:
+        footer_bits.append(f"[workflow run and artifacts]({run_url})")
+    footer = "\n\n---\n<sub>" + " · ".join(footer_bits) + "</sub>\n"
+
+    if report.exists() and report.read_text().strip():
+        return ensure_marker(report.read_text().rstrip() + footer)
+
+    steps = read_steps(report_dir)
+    failed = next((s for s in steps if s.exit_code not in (0, None)), None)
+    lines = [MARKER, f"## {title}: no report for {commit}", ""]
+    if failed is None:
+        lines.append(
+            "No perfguard step recorded a failure, but no report was written: an earlier step of the "
+            "job (checkout, install) failed. See the workflow run's log."
+        )
+    else:
+        meaning = _EXIT_MEANING.get(failed.exit_code or 0, f"crashed (exit {failed.exit_code})")
+        lines.append(f"`perfguard {failed.name}` {meaning}; no benchmark comparison was made.")
+        lines += ["", "```text", error_message_from_log(failed.log) or "(no output)", "```"]
+    return "\n".join(lines) + footer
+
+
+def write_summary(
+    report_dir: Path,
+    *,
+    head_sha: str,
+    base_ref: str | None,
+    run_url: str | None,
+    pr_number: int | None,
+    step_summary: Path | None,
+) -> str:
+    """Write ``comment.md`` (and ``pr.json`` for a PR) into ``report_dir``; append to the job summary."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    body = compose_summary(report_dir, head_sha=head_sha, base_ref=base_ref, run_url=run_url)
+    (report_dir / "comment.md").write_text(body)
+    if pr_number is not None:
+        meta = {"number": pr_number, "head_sha": head_sha, "base_ref": base_ref}
+        (report_dir / "pr.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if step_summary is not None:
+        with step_summary.open("a") as fh:
+            fh.write(body if body.endswith("\n") else body + "\n")
+    return body
+
+
+# --------------------------------------------------------------------------------------------------
+# comment: one sticky PR comment, updated in place
+
+Transport = Callable[[str, str, dict[str, Any] | None], Any]
+"""(method, path, json body) -> decoded JSON response; injectable so the logic is testable."""
+
+
+def github_transport(api_url: str, token: str) -> Transport:
+    """A :data:`Transport` over the GitHub REST API with ``urllib`` (no third-party packages)."""
+
+    def call(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            api_url.rstrip("/") + path,
+            data=data,
+            method=method,
+            headers={
+                "Accept": "application/vnd.github+json",
+                "Authorization": f"Bearer {token}",
+                "X-GitHub-Api-Version": "2022-11-28",
+                "User-Agent": "perfguard-ci",
+                **({"Content-Type": "application/json"} if data is not None else {}),
+            },
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:500]
+            raise GitHubError(f"{method} {path} failed: HTTP {exc.code} {detail}") from exc
+        return json.loads(raw) if raw else None
+
+    return call
+
+
+@dataclass(frozen=True)
+class PullRequestClaim:
+    """What the (untrusted) artifact says about the PR it was produced for."""
+
+    number: int
+    head_sha: str
+
+    @classmethod
+    def load(cls, path: Path) -> PullRequestClaim:
+        try:
+            meta = json.loads(path.read_text())
+            number = int(meta["number"])
+            head_sha = str(meta["head_sha"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise GitHubError(f"{path} is not valid pr.json metadata: {exc}") from exc
+        if number <= 0 or not re.fullmatch(r"[0-9a-f]{40}", head_sha):
+            raise GitHubError(f"{path}: implausible PR number {number} or head SHA {head_sha!r}")
+        return cls(number, head_sha)
+
+
+def check_commit(claim: PullRequestClaim, run_head_sha: str) -> None:
+    """The artifact must describe the commit the workflow run measured (checked before any API call)."""
+    if claim.head_sha != run_head_sha:
+        raise GitHubError(
+            f"artifact claims commit {claim.head_sha}, but the workflow run measured {run_head_sha}"
+        )
+
+
+def verify_claim(claim: PullRequestClaim, pull: dict[str, Any], *, run_head_repo: str) -> None:
+    """Refuse to comment unless the artifact's PR really is the one the workflow run belongs to.
+
+    The artifact was written by the PR's own code, so its PR number is a claim. The workflow run's
+    head SHA and head repository come from GitHub (``github.event.workflow_run``) and cannot be
+    forged by the PR. With the claimed commit already equal to the run's commit
+    (:func:`check_commit`), requiring the claimed PR's head repository to be the run's head
+    repository stops a fork from steering the comment onto someone else's pull request.
+    """
+    head_repo = ((pull.get("head") or {}).get("repo") or {}).get("full_name")
+    if head_repo != run_head_repo:
+        raise GitHubError(
+            f"PR #{claim.number} comes from {head_repo!r}, but the workflow run came from "
+            f"{run_head_repo!r}; not commenting"
+        )
+
+
+def find_comment(transport: Transport, repo: str, number: int, author: str) -> dict[str, Any] | None:
+    """The first comment on PR ``number`` by ``author`` that carries :data:`MARKER`, if any."""
+    page = 1
+    while True:
+        batch = transport("GET", f"/repos/{repo}/issues/{number}/comments?per_page=100&page={page}", None)
+        for comment in batch or []:
+            user = (comment.get("user") or {}).get("login")
+            if user == author and MARKER in (comment.get("body") or ""):
+                return comment
+        if not batch or len(batch) < 100:
+            return None
+        page += 1
+
+
+def upsert_comment(
+    transport: Transport, repo: str, number: int, body: str, author: str = DEFAULT_AUTHOR
+) -> tuple[str, int]:
+    """Update perfguard's comment on the PR in place, or create it; returns (action, comment id)."""
+    existing = find_comment(transport, repo, number, author)
+    if existing is not None:
+        transport("PATCH", f"/repos/{repo}/issues/comments/{existing['id']}", {"body": body})
+        return "updated", int(existing["id"])
+    created = transport("POST", f"/repos/{repo}/issues/{number}/comments", {"body": body})
+    return "created", int(created["id"])
+
+
+def prepare_comment_body(artifact_dir: Path, run_url: str | None) -> str:
+    """``comment.md`` from the artifact with the marker guaranteed and GitHub's size limit kept."""
+    path = artifact_dir / "comment.md"
+    if not path.exists():
+        raise GitHubError(f"{path} is missing: the benchmark job did not write its summary")
+    note = "*The report was cut to fit a GitHub comment"
+    note += f"; the full report is in the [workflow run's artifacts]({run_url}).*" if run_url else ".*"
+    return truncate_body(ensure_marker(path.read_text()), note)
+
+
+# --------------------------------------------------------------------------------------------------
+# command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m perfguard.github", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    step = sub.add_parser("step", help="run one perfguard command, record its exit code, annotate failures")
+    step.add_argument("--name", required=True, help="step name: the log is <log-dir>/<name>.log")
+    step.add_argument("--log-dir", required=True, type=Path)
+    step.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the command to run")
+
+    summary = sub.add_parser("summary", help="write comment.md (+ pr.json) and append to the job summary")
+    summary.add_argument("--report-dir", required=True, type=Path)
+    summary.add_argument("--head-sha", required=True)
+    summary.add_argument("--base-ref", default=None)
+    summary.add_argument("--run-url", default=None)
+    summary.add_argument("--pr-number", type=int, default=None)
+
+    comment = sub.add_parser("comment", help="create or update the one perfguard comment on a PR")
+    comment.add_argument("--artifact-dir", required=True, type=Path)
+    comment.add_argument("--repo", required=True, help="owner/name of the base repository")
+    comment.add_argument("--run-head-sha", required=True, help="github.event.workflow_run.head_sha")
+    comment.add_argument("--run-head-repo", required=True, help="workflow_run.head_repository.full_name")
+    comment.add_argument("--run-url", default=None)
+    comment.add_argument("--author", default=DEFAULT_AUTHOR)
+    comment.add_argument(
+        "--dry-run",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write the would-be comment (and the PR it targets) to FILE; call no API",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "step":
+        command = list(args.argv)
+        if command[:1] == ["--"]:
+            command = command[1:]
+        if not command:
+            print("perfguard.github step: give the command after --", file=sys.stderr)
+            return 2
+        return run_step(args.name, command, args.log_dir)
+
+    if args.command == "summary":
+        summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
+        write_summary(
+            args.report_dir,
+            head_sha=args.head_sha,
+            base_ref=args.base_ref,
+            run_url=args.run_url,
+            pr_number=args.pr_number,
+            step_summary=Path(summary_path) if summary_path else None,
+        )
+        return 0
+
+    try:
+        claim = PullRequestClaim.load(args.artifact_dir / "pr.json")
+        body = prepare_comment_body(args.artifact_dir, args.run_url)
+        check_commit(claim, args.run_head_sha)
+        if args.dry_run is not None:
+            plan = {"repo": args.repo, "pr": claim.number, "head_sha": claim.head_sha, "body": body}
+            args.dry_run.write_text(json.dumps(plan, indent=2) + "\n")
+            print(f"dry run: would create or update the perfguard comment on PR #{claim.number}")
+            return 0
+        token = os.environ.get("GITHUB_TOKEN")
+        if not token:
+            raise GitHubError("GITHUB_TOKEN is not set: pass ${{ github.token }} in the step's env")
+        transport = github_transport(os.environ.get("GITHUB_API_URL", "https://api.github.com"), token)
+        pull = transport("GET", f"/repos/{args.repo}/pulls/{claim.number}", None)
+        verify_claim(claim, pull, run_head_repo=args.run_head_repo)
+        action, comment_id = upsert_comment(transport, args.repo, claim.number, body, args.author)
+    except GitHubError as exc:
+        print(workflow_command("error", str(exc), "perfguard PR comment"))
+        return 1
+    print(f"{action} comment {comment_id} on PR #{claim.number}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""perfguard/github.py: annotations, the summary, and the sticky PR comment over real HTTP.
+
+The comment tests run the module against a local HTTP server that implements the four GitHub REST
+calls it makes (read a PR, list comments page by page, create, update), keeping state like GitHub
+does, so "updated in place, never a second comment" is checked on what the server holds.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from perfguard import github as gh
+
+SHA = "5f1c0d2e3b4a59687766554433221100ffeeddcc"
+REPO = "octo/perfguard"
+TOKEN = "test-token"
+
+
+def test_workflow_commands_escape_what_github_would_misread() -> None:
+    line = gh.workflow_command("error", "50% slower\nhint: re-run", title="perfguard check: exit 1, sorry")
+    assert line == "::error title=perfguard check%3A exit 1%2C sorry::50%25 slower%0Ahint: re-run"
+
+
+def test_step_records_exit_code_and_annotates_perfguard_errors(tmp_path: Path, capfd: Any) -> None:
+    # A real click usage error from the real CLI: exit 2 with "Error: No such option".
+    code = gh.run_step("check", [sys.executable, "-m", "perfguard", "check", "--no-such-flag"], tmp_path)
+    out = capfd.readouterr().out
+    assert code == 2
+    assert (tmp_path / "check.exit").read_text().strip() == "2"
+    assert "No such option" in (tmp_path / "check.log").read_text()
+    annotation = next(line for line in out.splitlines() if line.startswith("::error"))
+    assert "usage or environment error (exit 2)" in annotation
+    assert "No such option" in annotation and "--no-such-flag" in annotation
+
+
+def test_step_explains_a_regression_exit_and_a_missing_command(tmp_path: Path, capfd: Any) -> None:
+    assert gh.run_step("check", [sys.executable, "-c", "print('table'); raise SystemExit(1)"], tmp_path) == 1
+    out = capfd.readouterr().out
+    assert "table" in out
+    assert "found a regression, a broken benchmark or a failed verification (exit 1)" in out
+    assert gh.run_step("verify", ["perfguard-does-not-exist"], tmp_path) == 127
+    assert "could not start" in capfd.readouterr().out
+    assert gh.run_step("run", [sys.executable, "-c", "import os; os.abort()"], tmp_path) == -6
+    assert "crashed (exit -6)" in capfd.readouterr().out
+
+
+def test_summary_uses_the_report_and_adds_the_marker(tmp_path: Path) -> None:
+    (tmp_path / "report.md").write_text("## perfguard: 1 regression\n| impl | ratio |\n")
+    body = gh.compose_summary(tmp_path, head_sha=SHA, base_ref="main", run_url="https://x/runs/1")
+    assert body.startswith(gh.MARKER + "\n## perfguard: 1 regression")
+    assert "`5f1c0d2e3b4a`" in body and "baseline `main`" in body and "(https://x/runs/1)" in body
+    (tmp_path / "report.md").write_text(gh.MARKER + "\n# already marked\n")
+    assert gh.compose_summary(tmp_path, head_sha=SHA).count(gh.MARKER) == 1
+
+
+def test_summary_without_report_names_the_first_failed_step(tmp_path: Path) -> None:
+    (tmp_path / "baseline.exit").write_text("0\n")
+    (tmp_path / "verify.exit").write_text("2\n")
+    (tmp_path / "verify.log").write_text(
+        "loading...\nError: CUDA was requested but is absent\n  hint: use --device cpu\n"
+    )
+    body = gh.compose_summary(tmp_path, head_sha=SHA)
+    assert body.startswith(gh.MARKER)
+    assert "`perfguard verify` stopped on a usage or environment error (exit 2)" in body
+    assert "CUDA was requested but is absent\n  hint: use --device cpu" in body
+    assert "loading..." not in body
+
+
+def test_write_summary_appends_to_the_job_summary_and_writes_pr_metadata(tmp_path: Path) -> None:
+    step_summary = tmp_path / "summary.md"
+    step_summary.write_text("### earlier step\n")
+    gh.write_summary(
+        tmp_path / "r", head_sha=SHA, base_ref="main", run_url=None, pr_number=12, step_summary=step_summary
+    )
+    assert step_summary.read_text().startswith("### earlier step\n" + gh.MARKER)
+    assert json.loads((tmp_path / "r" / "pr.json").read_text()) == {
+        "number": 12,
+        "head_sha": SHA,
+        "base_ref": "main",
+    }
+
+
+def test_truncation_keeps_the_limit_and_whole_lines() -> None:
+    body = gh.MARKER + "\n" + "\n".join(f"| row {i} | {'x' * 50} |" for i in range(3000))
+    cut = gh.truncate_body(body, "*cut*")
+    assert len(cut) <= gh.COMMENT_LIMIT
+    assert cut.startswith(gh.MARKER) and cut.endswith("\n\n*cut*")
+    assert cut[: -len("\n\n*cut*")].endswith("|")
+
+
+# --------------------------------------------------------------------------------------------------
+# A local stand-in for the GitHub REST API
+
+
+class FakeGitHub:
+    """State of one repository's PR comments, served over HTTP like api.github.com."""
+
+    def __init__(self) -> None:
+        self.pulls: dict[int, dict[str, Any]] = {}
+        self.comments: dict[int, list[dict[str, Any]]] = {}
+        self.next_id = 1000
+        self.requests: list[tuple[str, str]] = []
+
+    def add_comment(self, number: int, login: str, body: str) -> int:
+        self.next_id += 1
+        self.comments.setdefault(number, []).append(
+            {"id": self.next_id, "user": {"login": login}, "body": body}
+        )
+        return self.next_id
+
+    def handle(self, method: str, url: str, auth: str | None, body: Any) -> tuple[int, Any]:
+        self.requests.append((method, url))
+        if auth != f"Bearer {TOKEN}":
+            return 401, {"message": "Bad credentials"}
+        parsed = urlparse(url)
+        parts = parsed.path.strip("/").split("/")
+        if parts[:3] != ["repos", *REPO.split("/")]:
+            return 404, {"message": "Not Found"}
+        rest = parts[3:]
+        if method == "GET" and rest[0] == "pulls":
+            pull = self.pulls.get(int(rest[1]))
+            return (200, pull) if pull else (404, {"message": "Not Found"})
+        if rest[:1] == ["issues"] and rest[2:] == ["comments"]:
+            number = int(rest[1])
+            if method == "GET":
+                query = parse_qs(parsed.query)
+                per_page, page = int(query["per_page"][0]), int(query["page"][0])
+                items = self.comments.get(number, [])
+                return 200, items[(page - 1) * per_page : page * per_page]
+            if method == "POST":
+                return 201, {"id": self.add_comment(number, gh.DEFAULT_AUTHOR, body["body"])}
+        if method == "PATCH" and rest[:2] == ["issues", "comments"]:
+            for items in self.comments.values():
+                for comment in items:
+                    if comment["id"] == int(rest[2]):
+                        comment["body"] = body["body"]
+                        return 200, comment
+        return 404, {"message": "Not Found"}
+
+
+@pytest.fixture
+def github() -> Iterator[tuple[FakeGitHub, str]]:
+    state = FakeGitHub()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length)) if length else None
+            status, payload = state.handle(self.command, self.path, self.headers.get("Authorization"), body)
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PATCH = _serve
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _artifact(tmp_path: Path, number: int = 12, sha: str = SHA, text: str = "## perfguard: ok\n") -> Path:
+    artifact = tmp_path / "artifact"
+    artifact.mkdir(exist_ok=True)
+    (artifact / "comment.md").write_text(gh.MARKER + "\n" + text)
+    (artifact / "pr.json").write_text(json.dumps({"number": number, "head_sha": sha, "base_ref": "main"}))
+    return artifact
+
+
+def _comment(artifact: Path, api: str, monkeypatch: pytest.MonkeyPatch, head_repo: str = REPO) -> int:
+    monkeypatch.setenv("GITHUB_API_URL", api)
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    return gh.main(
+        ["comment", "--artifact-dir", str(artifact), "--repo", REPO, "--run-head-sha", SHA,
+         "--run-head-repo", head_repo, "--run-url", "https://github.com/octo/perfguard/actions/runs/9"]
+    )  # fmt: skip
+
+
+def _pull(head_repo: str = REPO) -> dict[str, Any]:
+    return {"number": 12, "head": {"sha": SHA, "repo": {"full_name": head_repo}}}
+
+
+def test_comment_is_created_once_then_updated_in_place(
+    github: tuple[FakeGitHub, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state, api = github
+    state.pulls[12] = _pull()
+    for i in range(150):  # the bot's comment lands on the second page of 100
+        state.add_comment(12, f"user{i}", "LGTM")
+    human = state.add_comment(12, "reviewer", f"quoting {gh.MARKER} in a review")
+
+    assert _comment(_artifact(tmp_path, text="first run\n"), api, monkeypatch) == 0
+    ours = [c for c in state.comments[12] if c["user"]["login"] == gh.DEFAULT_AUTHOR]
+    assert len(ours) == 1 and "first run" in ours[0]["body"]
+
+    assert _comment(_artifact(tmp_path, text="second run\n"), api, monkeypatch) == 0
+    ours = [c for c in state.comments[12] if c["user"]["login"] == gh.DEFAULT_AUTHOR]
+    assert len(ours) == 1, "a second push must update the comment, not add one"
+    assert "second run" in ours[0]["body"] and ours[0]["body"].startswith(gh.MARKER)
+    assert (
+        next(c for c in state.comments[12] if c["id"] == human)["body"] == f"quoting {gh.MARKER} in a review"
+    )
+    assert ("PATCH", f"/repos/{REPO}/issues/comments/{ours[0]['id']}") in state.requests
+
+
+def test_comment_refuses_a_pr_number_from_another_fork(
+    github: tuple[FakeGitHub, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    state, api = github
+    state.pulls[12] = _pull(head_repo="victim/perfguard")  # the artifact claims someone else's PR
+    assert _comment(_artifact(tmp_path), api, monkeypatch, head_repo="mallory/perfguard") == 1
+    assert "::error title=perfguard PR comment::" in capsys.readouterr().out
+    assert 12 not in state.comments
+
+
+def test_comment_refuses_an_artifact_for_another_commit(
+    github: tuple[FakeGitHub, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state, api = github
+    state.pulls[12] = _pull()
+    assert _comment(_artifact(tmp_path, sha="f" * 40), api, monkeypatch) == 1
+    assert state.requests == []  # refused before any API call
+
+
+def test_comment_needs_a_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    code = gh.main(
+        ["comment", "--artifact-dir", str(_artifact(tmp_path)), "--repo", REPO,
+         "--run-head-sha", SHA, "--run-head-repo", REPO]
+    )  # fmt: skip
+    assert code == 1 and "GITHUB_TOKEN is not set" in capsys.readouterr().out
+
+
+def test_comment_dry_run_writes_the_body_and_calls_nothing(tmp_path: Path) -> None:
+    plan_path = tmp_path / "plan.json"
+    code = gh.main(
+        ["comment", "--artifact-dir", str(_artifact(tmp_path)), "--repo", REPO, "--run-head-sha", SHA,
+         "--run-head-repo", REPO, "--dry-run", str(plan_path)]
+    )  # fmt: skip
+    plan = json.loads(plan_path.read_text())
+    assert code == 0 and plan["pr"] == 12 and plan["body"].startswith(gh.MARKER)
+
+
+def test_a_malformed_claim_is_refused(tmp_path: Path) -> None:
+    artifact = _artifact(tmp_path)
+    (artifact / "pr.json").write_text('{"number": "12; rm -rf /", "head_sha": "x"}')
+    with pytest.raises(gh.GitHubError):
+        gh.PullRequestClaim.load(artifact / "pr.json")
