@@ -488,9 +488,12 @@ class Runner:
             "strategy": {},
             "env": {},
         }
-        if not evaluate_if(job.get("if"), Evaluator(contexts)):
+        # success() at job level: every job in `needs` succeeded (GitHub's implicit condition).
+        needs_ok = all(n.get("result") == "success" for n in (needs or {}).values())
+        if not evaluate_if(job.get("if"), Evaluator(contexts, status="success" if needs_ok else "failure")):
             return JobResult(job_id, "skipped")
 
+        self.workspace.mkdir(parents=True, exist_ok=True)  # GitHub creates it, empty, before step 1
         temp = self.home / f"_temp-{job_id}-{uuid.uuid4().hex[:6]}"
         tool_cache = self.home / "_tool"
         temp.mkdir(parents=True)

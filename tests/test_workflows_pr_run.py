@@ -1,0 +1,543 @@
+"""The pull-request workflows, run job by job on this CPU machine as a GPU runner would run them.
+
+A temporary git repository is built from the project's tracked files: a bare ``origin`` holding
+``main`` (the base commit) and a PR head commit. The benchmark job's ``actions/checkout`` is emulated
+by cloning that origin with full history and detaching at the head SHA, exactly what the action
+does with ``fetch-depth: 0``; every ``run:`` step then executes with bash, in order, with the
+runner's files (``GITHUB_OUTPUT``, ``GITHUB_ENV``, ``GITHUB_PATH``, ``GITHUB_STEP_SUMMARY``,
+``GITHUB_EVENT_PATH``). The "runner's prepared Python environment" is a fresh virtual environment
+that sees this interpreter's packages (torch etc.) through a ``.pth`` file, so the workflow's own
+``pip install -e .`` runs for real without touching the shared environment.
+
+``gh`` (the GitHub CLI the comment and fork-approval jobs call) is replaced by a small script that
+serves the uploaded artifacts from a directory and records API calls; GitHub itself cannot be
+reached from here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_workflows_emulator import (
+    ROOT,
+    WORKFLOWS,
+    JobResult,
+    Runner,
+    copy_tree_handler,
+    load_workflow,
+    needs_context,
+)
+
+from perfguard.github import MARKER
+
+REPO = "octo/perfguard"
+PR_NUMBER = 12
+# The benchmarks the end-to-end runs are limited to (perfguard check --bench): the forward time of
+# the plain dilated implementation. The regex is matched against "name(params)".
+BENCH_REGEX = r"Forward\.track_time\(.*\bimpl\W+dilated\b"
+
+PLANTED_SLOWDOWN = """
+
+# --- planted by tests/test_workflows_pr_run.py: the PR head makes `dilated` 50 ms slower ---
+import time as _planted_time
+
+_planted_build = ImplSpec.build
+
+
+def _planted_slow_build(self, *args, **kwargs):
+    module = _planted_build(self, *args, **kwargs)
+    if self.name == "dilated":
+        forward = module.forward
+
+        def slow_forward(*a, **k):
+            _planted_time.sleep(0.05)
+            return forward(*a, **k)
+
+        module.forward = slow_forward
+    return module
+
+
+ImplSpec.build = _planted_slow_build
+"""
+
+FAKE_GH = r"""#!/usr/bin/env bash
+# Stand-in for the GitHub CLI: serves artifacts from $FAKE_GH_ARTIFACTS, logs every call.
+set -euo pipefail
+printf '%s\n' "$*" >> "$FAKE_GH_LOG"
+case "$1" in
+  api)
+    if [[ "$*" == *"/artifacts"* ]]; then
+      if [[ -d "$FAKE_GH_ARTIFACTS" ]]; then ls "$FAKE_GH_ARTIFACTS"; fi
+    fi
+    ;;
+  run)
+    name="" dir=""
+    shift 2
+    while (($#)); do
+      case "$1" in
+        --name) name="$2"; shift 2 ;;
+        --dir) dir="$2"; shift 2 ;;
+        *) shift ;;
+      esac
+    done
+    cp -R "$FAKE_GH_ARTIFACTS/$name/." "$dir/"
+    ;;
+  *) echo "fake gh: unsupported: $*" >&2; exit 1 ;;
+esac
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "perfguard test",
+        "GIT_AUTHOR_EMAIL": "test@example.invalid",
+        "GIT_COMMITTER_NAME": "perfguard test",
+        "GIT_COMMITTER_EMAIL": "test@example.invalid",
+    }
+    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, f"git {' '.join(args)}: {proc.stderr}"
+    return proc.stdout.strip()
+
+
+def tracked_files() -> list[str]:
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    return [f for f in out.decode().split("\0") if f and (ROOT / f).is_file()]
+
+
+@pytest.fixture(scope="module")
+def prepared_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A runner's Python environment 'prepared once': torch & co. visible, perfguard not installed."""
+    venv = tmp_path_factory.mktemp("runner-python") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    purelib = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    shared = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+    (Path(purelib) / "_runner_prepared.pth").write_text("\n".join(sorted(shared)) + "\n")
+    return venv / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A bare origin with ``main`` (base) and three PR heads: clean, slow, and unrelated history."""
+    top = tmp_path_factory.mktemp("origin")
+    src = top / "src"
+    src.mkdir()
+    for name in tracked_files():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, src / name)
+    git(src, "init", "-q", "-b", "main")
+    git(src, "add", "-A")
+    git(src, "commit", "-q", "-m", "base")
+    base = git(src, "rev-parse", "HEAD")
+
+    git(src, "checkout", "-q", "-b", "clean")
+    with (src / "README.md").open("a") as fh:
+        fh.write("\nA documentation-only change.\n")
+    git(src, "commit", "-qam", "docs only")
+    clean = git(src, "rev-parse", "HEAD")
+
+    git(src, "checkout", "-q", "-b", "slow", "main")
+    with (src / "attention" / "registry.py").open("a") as fh:
+        fh.write(PLANTED_SLOWDOWN)
+    git(src, "commit", "-qam", "make dilated slower")
+    slow = git(src, "rev-parse", "HEAD")
+
+    bare = top / "origin.git"
+    git(top, "clone", "-q", "--bare", str(src), str(bare))
+    return {"url": str(bare), "base": base, "clean": clean, "slow": slow}
+
+
+def pr_event(
+    head_sha: str,
+    *,
+    action: str = "synchronize",
+    head_repo: str | None = REPO,
+    label: str | None = None,
+    draft: bool = False,
+    base_ref: str = "main",
+) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "action": action,
+        "number": PR_NUMBER,
+        "pull_request": {
+            "number": PR_NUMBER,
+            "draft": draft,
+            "head": {
+                "sha": head_sha,
+                "ref": "feature",
+                "repo": {"full_name": head_repo} if head_repo else None,
+            },
+            "base": {"ref": base_ref, "repo": {"full_name": REPO}},
+            "labels": [{"name": label}] if label else [],
+        },
+        "repository": {"full_name": REPO, "default_branch": "main"},
+    }
+    if label:
+        event["label"] = {"name": label}
+    return event
+
+
+def make_runner(tmp: Path, event: dict[str, Any], *, vars: dict[str, str] | None = None, **kw: Any) -> Runner:
+    pr = event.get("pull_request") or {}
+    return Runner(
+        workspace=tmp / "work",
+        home=tmp / "runner",
+        event_name=kw.pop("event_name", "pull_request"),
+        event=event,
+        repository=REPO,
+        sha=kw.pop("sha", (pr.get("head") or {}).get("sha", "0" * 40)),
+        ref=kw.pop("ref", f"refs/pull/{PR_NUMBER}/merge"),
+        base_ref=(pr.get("base") or {}).get("ref", ""),
+        head_ref=(pr.get("head") or {}).get("ref", ""),
+        vars=vars or {},
+        base_env=kw.pop("base_env", {}),
+        **kw,
+    )
+
+
+def run_gate(tmp: Path, event: dict[str, Any], vars: dict[str, str] | None = None) -> JobResult:
+    workflow = load_workflow(WORKFLOWS / "perfguard-pr.yml")
+    runner = make_runner(tmp, event, vars=vars, base_env={"PATH": os.environ["PATH"]})
+    return runner.run_job(workflow, "gate")
+
+
+# --------------------------------------------------------------------------------------------------
+# The GPU gate: who may run on the self-hosted runner, for which commit
+
+SHA = "5f1c0d2e3b4a59687766554433221100ffeeddcc"
+FORK = "mallory/perfguard"
+
+
+@pytest.mark.parametrize(
+    ("event", "runs"),
+    [
+        pytest.param(pr_event(SHA, action="opened"), True, id="same-repo opened"),
+        pytest.param(pr_event(SHA, action="synchronize"), True, id="same-repo push"),
+        pytest.param(pr_event(SHA, action="labeled", label="docs"), False, id="same-repo label: no new code"),
+        pytest.param(pr_event(SHA, action="opened", draft=True), False, id="same-repo draft"),
+        pytest.param(pr_event(SHA, action="ready_for_review"), True, id="same-repo ready for review"),
+        pytest.param(pr_event(SHA, action="opened", head_repo=FORK), False, id="fork opened"),
+        pytest.param(
+            pr_event(SHA, action="labeled", head_repo=FORK, label="safe-to-bench"), True, id="fork approved"
+        ),
+        pytest.param(
+            pr_event(SHA, action="synchronize", head_repo=FORK, label="safe-to-bench"),
+            False,
+            id="fork pushes again while the label is still on",
+        ),
+        pytest.param(
+            pr_event(SHA, action="labeled", head_repo=FORK, label="docs"), False, id="fork other label"
+        ),
+        pytest.param(
+            pr_event(SHA, action="labeled", head_repo=None, label="safe-to-bench"),
+            True,
+            id="deleted fork approved",
+        ),
+    ],
+)
+def test_gate_decides_per_event(event: dict[str, Any], runs: bool, tmp_path: Path) -> None:
+    gate = run_gate(tmp_path, event)
+    assert gate.outcome == "success", gate.log
+    assert gate.outputs == {"run": "true" if runs else "false", "sha": SHA}
+    assert "### perfguard GPU gate" in gate.summary
+    if not runs and event["pull_request"]["head"]["repo"] != {"full_name": REPO}:
+        assert "add it again" in gate.summary  # tells the maintainer what to do
+    if not runs:  # the GPU job does not start (the end-to-end tests below cover the other case)
+        bench = make_runner(tmp_path / "b", event).run_job(
+            load_workflow(WORKFLOWS / "perfguard-pr.yml"), "benchmark", needs_context(gate)
+        )
+        assert bench.outcome == "skipped"
+
+
+def test_gate_uses_the_configured_label(tmp_path: Path) -> None:
+    vars = {"PERFGUARD_APPROVAL_LABEL": "bench-ok"}
+    approved = pr_event(SHA, action="labeled", head_repo=FORK, label="bench-ok")
+    default = pr_event(SHA, action="labeled", head_repo=FORK, label="safe-to-bench")
+    assert run_gate(tmp_path / "a", approved, vars).outputs["run"] == "true"
+    assert run_gate(tmp_path / "b", default, vars).outputs["run"] == "false"
+
+
+def fake_gh(tmp: Path) -> tuple[Path, Path, Path]:
+    """(bin dir with ``gh``, artifacts dir it serves, log of its calls)."""
+    bindir, artifacts, log = tmp / "fake-gh-bin", tmp / "fake-gh-artifacts", tmp / "fake-gh.log"
+    bindir.mkdir(parents=True, exist_ok=True)
+    (bindir / "gh").write_text(FAKE_GH)
+    (bindir / "gh").chmod(0o755)
+    log.write_text("")
+    return bindir, artifacts, log
+
+
+@pytest.mark.parametrize(
+    ("head_repo", "labels", "deleted"),
+    [(FORK, ["safe-to-bench", "docs"], True), (FORK, ["docs"], False), (REPO, ["safe-to-bench"], None)],
+)
+def test_fork_push_revokes_the_approval_label(
+    head_repo: str, labels: list[str], deleted: bool | None, tmp_path: Path
+) -> None:
+    bindir, _, log = fake_gh(tmp_path)
+    event = pr_event(SHA, head_repo=head_repo)
+    event["pull_request"]["labels"] = [{"name": n} for n in labels]
+    runner = make_runner(
+        tmp_path,
+        event,
+        event_name="pull_request_target",
+        ref="refs/heads/main",
+        base_env={"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "FAKE_GH_LOG": str(log)},
+    )
+    result = runner.run_job(load_workflow(WORKFLOWS / "perfguard-fork-approval.yml"), "revoke")
+    if deleted is None:
+        assert result.outcome == "skipped"  # same-repository PRs need no approval
+        return
+    assert result.outcome == "success", result.log
+    calls = log.read_text()
+    if deleted:
+        assert f"api --method DELETE repos/{REPO}/issues/{PR_NUMBER}/labels/safe-to-bench" in calls
+    else:
+        assert calls == ""
+
+
+# --------------------------------------------------------------------------------------------------
+# The benchmark job and the comment job, end to end
+
+
+def checkout_handler(origin_url: str, workspace: Path, *, full_history: bool = True) -> Any:
+    """actions/checkout: a clone of origin (all branches as origin/*), detached at ``ref``."""
+
+    def handle(inputs: dict[str, Any], env: dict[str, str]) -> None:
+        assert inputs.get("persist-credentials") is False
+        assert not workspace.exists() or not any(workspace.iterdir())
+        git(workspace.parent, "clone", "-q", "--no-checkout", origin_url, str(workspace))
+        ref = str(inputs.get("ref") or "main")
+        if full_history and inputs.get("fetch-depth", 1) != 0:
+            raise AssertionError("the benchmark needs full history (fetch-depth: 0)")
+        git(
+            workspace,
+            "checkout",
+            "-q",
+            "--detach",
+            git(workspace, "rev-parse", f"origin/{ref}") if ref == "main" else ref,
+        )
+
+    return handle
+
+
+def run_pr_workflow(
+    tmp: Path,
+    origin: dict[str, Any],
+    head: str,
+    prepared_python: Path,
+    *,
+    base_ref: str = "main",
+    bench: str = BENCH_REGEX,
+) -> dict[str, Any]:
+    """Gate, then the benchmark job on the 'GPU runner', then the comment job in dry-run mode."""
+    workflow = load_workflow(WORKFLOWS / "perfguard-pr.yml")
+    event = pr_event(head, base_ref=base_ref)
+    gate = run_gate(tmp / "gate", event)
+    assert gate.outputs["run"] == "true", gate.log
+
+    artifacts = tmp / "artifacts"
+    store = tmp / "runner-store"
+    store.mkdir()
+    runner = make_runner(
+        tmp / "gpu",
+        event,
+        vars={
+            "PERFGUARD_PYTHON": str(prepared_python),
+            "PERFGUARD_PROFILE": "quick",
+            "PERFGUARD_BENCH": bench,
+        },
+        base_env={
+            "PATH": os.environ["PATH"],
+            "HOME": os.environ.get("HOME", str(tmp)),
+            # The runner's .env: where its store lives (docs/ci.md).
+            "PERFGUARD_DB": f"sqlite:///{store}/history.db",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        },
+    )
+    runner.workspace.parent.mkdir(parents=True, exist_ok=True)
+    runner.handlers = {
+        "actions/checkout": checkout_handler(origin["url"], runner.workspace),
+        "actions/upload-artifact": copy_tree_handler(artifacts),
+    }
+    bench_job = runner.run_job(workflow, "benchmark", needs_context(gate))
+
+    # The comment workflow, triggered by the completed run: its own machine, the default branch.
+    bindir, served, gh_log = fake_gh(tmp / "comment")
+    if artifacts.exists():
+        shutil.copytree(artifacts, served)
+    plan_path = tmp / "comment-plan.json"
+    comment_event = {
+        "workflow_run": {
+            "id": 4242,
+            "event": "pull_request",
+            "html_url": f"https://github.com/{REPO}/actions/runs/4242",
+            "head_sha": head,
+            "head_branch": "feature",
+            "head_repository": {"full_name": REPO},
+        },
+        "repository": {"full_name": REPO, "default_branch": "main"},
+    }
+    commenter = make_runner(
+        tmp / "comment",
+        comment_event,
+        event_name="workflow_run",
+        sha=origin["base"],
+        ref="refs/heads/main",
+        base_env={
+            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+            "FAKE_GH_ARTIFACTS": str(served),
+            "FAKE_GH_LOG": str(gh_log),
+            "PERFGUARD_COMMENT_DRY_RUN": str(plan_path),
+        },
+    )
+    commenter.handlers = {
+        "actions/checkout": checkout_handler(origin["url"], commenter.workspace, full_history=False)
+    }
+    comment_job = commenter.run_job(load_workflow(WORKFLOWS / "perfguard-pr-comment.yml"), "comment")
+    plan = json.loads(plan_path.read_text()) if plan_path.exists() else None
+    return {
+        "job": bench_job,
+        "artifact": artifacts / "perfguard-report",
+        "comment_job": comment_job,
+        "plan": plan,
+    }
+
+
+def annotations(job: JobResult) -> list[str]:
+    return [line for step in job.steps for line in step.output.splitlines() if line.startswith("::error")]
+
+
+def test_missing_baseline_branch_fails_with_a_message_and_still_reports(
+    tmp_path: Path, origin: dict[str, Any], prepared_python: Path
+) -> None:
+    """Exit 2 path: the job fails, says what to do, and the summary, artifact and comment say it too."""
+    run = run_pr_workflow(tmp_path, origin, origin["clean"], prepared_python, base_ref="release-9")
+    job: JobResult = run["job"]
+    assert job.outcome == "failure"
+    assert job.step("Resolve the baseline branch").returncode == 2
+    assert [job.step(n).outcome for n in ("perfguard verify", "perfguard check")] == ["skipped", "skipped"]
+    assert any(
+        "origin/release-9 is not in the checkout and could not be fetched" in a for a in annotations(job)
+    )
+    assert job.summary.startswith(MARKER)
+    assert (
+        "origin/release-9 is not in the checkout" in job.summary and "hint: the checkout step" in job.summary
+    )
+
+    artifact = run["artifact"]
+    for name in ("comment.md", "pr.json", "baseline.log", "baseline.exit"):
+        assert (artifact / name).stat().st_size > 0, name
+    assert json.loads((artifact / "pr.json").read_text())["number"] == PR_NUMBER
+
+    assert run["comment_job"].outcome == "success", run["comment_job"].log
+    assert run["plan"]["pr"] == PR_NUMBER and "origin/release-9" in run["plan"]["body"]
+
+
+def _skip_until_built(job: JobResult) -> None:
+    """perfguard verify/check land on main from other branches (issues 3 and 4); until then the
+    stubs exit 2 with "is not built yet" and the end-to-end verdicts cannot be checked."""
+    for name in ("perfguard verify", "perfguard check"):
+        step = job.step(name)
+        if "is not built yet" in step.output:
+            pytest.skip(f"{name} is not built on this branch yet: {step.output.strip().splitlines()[0]}")
+
+
+def test_clean_head_passes_and_publishes_everything(
+    tmp_path: Path, origin: dict[str, Any], prepared_python: Path
+) -> None:
+    run = run_pr_workflow(tmp_path, origin, origin["clean"], prepared_python)
+    job: JobResult = run["job"]
+    install = job.step("Install perfguard into the runner's Python environment")
+    assert install.outcome == "success", install.output
+    _skip_until_built(job)
+    assert job.outcome == "success", job.log
+    assert annotations(job) == []
+    assert job.summary.startswith(MARKER)
+    for name in ("report.md", "report.html", "report.json", "verify.json", "comment.md", "pr.json"):
+        assert (run["artifact"] / name).stat().st_size > 0, name
+    assert run["comment_job"].outcome == "success", run["comment_job"].log
+    assert run["plan"]["body"].startswith(MARKER)
+
+
+@pytest.mark.slow
+def test_regressing_head_fails_the_job_with_the_report_published(
+    tmp_path: Path, origin: dict[str, Any], prepared_python: Path
+) -> None:
+    run = run_pr_workflow(tmp_path, origin, origin["slow"], prepared_python)
+    job: JobResult = run["job"]
+    _skip_until_built(job)
+    assert job.step("perfguard verify").outcome == "success", job.step("perfguard verify").output
+    assert job.step("perfguard check").returncode == 1, job.step("perfguard check").output
+    assert job.outcome == "failure"
+    assert any("found a regression" in a for a in annotations(job))
+    assert (run["artifact"] / "report.html").stat().st_size > 0
+    assert "dilated" in job.summary
+    assert run["plan"] is not None and "dilated" in run["plan"]["body"]
+
+
+# --------------------------------------------------------------------------------------------------
+# The baseline workflow: record on the GPU runner, render the site, hand it to the Pages deploy
+
+
+@pytest.mark.slow
+def test_baseline_workflow_records_renders_and_deploys(
+    tmp_path: Path, origin: dict[str, Any], prepared_python: Path
+) -> None:
+    workflow = load_workflow(WORKFLOWS / "perfguard-main.yml")
+    pages = tmp_path / "pages"
+    store = tmp_path / "runner-store"
+    store.mkdir()
+    event = {"repository": {"full_name": REPO, "default_branch": "main"}, "ref": "refs/heads/main"}
+    runner = make_runner(
+        tmp_path / "gpu",
+        event,
+        event_name="push",
+        sha=origin["base"],
+        ref="refs/heads/main",
+        vars={
+            "PERFGUARD_PYTHON": str(prepared_python),
+            "PERFGUARD_PROFILE": "quick",
+            "PERFGUARD_BENCH": BENCH_REGEX,
+        },
+        base_env={
+            "PATH": os.environ["PATH"],
+            "HOME": os.environ.get("HOME", str(tmp_path)),
+            "PERFGUARD_DB": f"sqlite:///{store}/history.db",
+        },
+    )
+    runner.workspace.parent.mkdir(parents=True, exist_ok=True)
+    runner.handlers = {
+        "actions/checkout": checkout_handler(origin["url"], runner.workspace),
+        "actions/upload-pages-artifact": copy_tree_handler(pages),
+        "actions/upload-artifact": copy_tree_handler(tmp_path / "artifacts"),
+    }
+    record = runner.run_job(workflow, "record")
+    assert record.step("Install perfguard into the runner's Python environment").outcome == "success"
+    deployed: list[dict[str, Any]] = []
+    deployer = make_runner(tmp_path / "pages-runner", event, event_name="push", sha=origin["base"])
+    deployer.handlers = {"actions/deploy-pages": lambda inputs, env: deployed.append(inputs)}
+    deploy = deployer.run_job(workflow, "deploy", needs_context(record))
+
+    for name in ("perfguard run", "perfguard report"):
+        if "is not built yet" in record.step(name).output:
+            # Until `run`/`report` land: the failure is explained and nothing is published.
+            assert record.outcome == "failure" and deploy.outcome == "skipped" and deployed == []
+            assert record.summary.startswith(MARKER) and "is not built yet" in record.summary
+            pytest.skip(f"{name} is not built on this branch yet")
+    assert record.outcome == "success", record.log
+    assert (pages / "github-pages" / "index.html").stat().st_size > 0
+    assert deploy.outcome == "success" and deployed == [{}]
