@@ -289,16 +289,20 @@ def test_checkouts_never_persist_credentials() -> None:
 def test_privileged_triggers_never_check_out_pull_request_code() -> None:
     for name, workflow in all_workflows().items():
         triggers = set(workflow["on"])
-        text = (WORKFLOWS / name).read_text()
         if "pull_request_target" in triggers:
             assert all(not _checkouts(job) for job in workflow["jobs"].values()), name
-            assert "secrets." not in text, name
+            assert "secrets." not in (WORKFLOWS / name).read_text(), name
         if "workflow_run" in triggers:
             for job in workflow["jobs"].values():
                 for step in _checkouts(job):
                     ref = step["with"].get("ref")
                     assert ref == "${{ github.event.repository.default_branch }}", f"{name}: {ref}"
-            assert "workflow_run.head_branch" not in text.replace("head_branch }}", ""), name
+        if triggers & {"pull_request_target", "workflow_run"}:
+            # Values from the event (branch names, titles) reach scripts only through env:, so no
+            # attacker-chosen text is ever spliced into a script that holds a write token.
+            for job in workflow["jobs"].values():
+                for step in job.get("steps", []):
+                    assert "${{" not in step.get("run", ""), f"{name}: expression inside run: {step}"
 
 
 def test_pull_request_workflow_exposes_no_secrets_and_gates_the_gpu() -> None:
