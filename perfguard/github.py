@@ -43,6 +43,10 @@ from typing import Any
 MARKER = "<!-- perfguard-report -->"
 """Hidden first line of the Markdown report; the comment step finds its own comment by it."""
 
+MARKER_PREFIX = "<!-- perfguard-report"
+"""A report may carry a per-machine marker (``<!-- perfguard-report h100 -->``, docs/reports.md):
+each distinct first line is its own sticky comment, so two GPU classes do not overwrite each other."""
+
 COMMENT_LIMIT = 65_536
 """GitHub rejects issue comments longer than this many characters."""
 
@@ -188,18 +192,37 @@ def read_steps(report_dir: Path) -> list[StepRecord]:
     return records
 
 
+def marker_of(body: str) -> str | None:
+    """The body's perfguard marker line (its first line), or None if it has none."""
+    first = body.lstrip().split("\n", 1)[0].strip()
+    if first.startswith(MARKER_PREFIX) and first.endswith("-->") and "-->" not in first[4:-3]:
+        return first
+    return None
+
+
 def ensure_marker(body: str) -> str:
-    """The body with :data:`MARKER` as its first line (added if the report lacks it)."""
-    return body if body.lstrip().startswith(MARKER) else f"{MARKER}\n{body}"
+    """The body with a perfguard marker as its first line (:data:`MARKER` if the report has none)."""
+    return body if marker_of(body) else f"{MARKER}\n{body}"
+
+
+def utf16_len(text: str) -> int:
+    """Length as GitHub counts it for the comment limit (UTF-16 code units)."""
+    return len(text.encode("utf-16-le")) // 2
 
 
 def truncate_body(body: str, note: str, limit: int = COMMENT_LIMIT) -> str:
     """Cut ``body`` so that it plus ``note`` fits GitHub's comment limit, at a line boundary."""
-    if len(body) <= limit:
+    if utf16_len(body) <= limit:
         return body
-    keep = body[: max(0, limit - len(note) - 2)]
-    keep = keep[: keep.rfind("\n")] if "\n" in keep else keep
-    return f"{keep}\n\n{note}"
+    budget = limit - utf16_len(note) - 2
+    lines, used = [], 0
+    for line in body.split("\n"):
+        cost = utf16_len(line) + 1
+        if used + cost > budget:
+            break
+        lines.append(line)
+        used += cost
+    return "\n".join(lines) + "\n\n" + note
 
 
 def compose_summary(
@@ -345,14 +368,16 @@ def verify_claim(claim: PullRequestClaim, pull: dict[str, Any], *, run_head_repo
         )
 
 
-def find_comment(transport: Transport, repo: str, number: int, author: str) -> dict[str, Any] | None:
-    """The first comment on PR ``number`` by ``author`` that carries :data:`MARKER`, if any."""
+def find_comment(
+    transport: Transport, repo: str, number: int, author: str, marker: str = MARKER
+) -> dict[str, Any] | None:
+    """The first comment on PR ``number`` by ``author`` whose marker line is ``marker``, if any."""
     page = 1
     while True:
         batch = transport("GET", f"/repos/{repo}/issues/{number}/comments?per_page=100&page={page}", None)
         for comment in batch or []:
             user = (comment.get("user") or {}).get("login")
-            if user == author and MARKER in (comment.get("body") or ""):
+            if user == author and marker_of(comment.get("body") or "") == marker:
                 return comment
         if not batch or len(batch) < 100:
             return None
@@ -363,7 +388,7 @@ def upsert_comment(
     transport: Transport, repo: str, number: int, body: str, author: str = DEFAULT_AUTHOR
 ) -> tuple[str, int]:
     """Update perfguard's comment on the PR in place, or create it; returns (action, comment id)."""
-    existing = find_comment(transport, repo, number, author)
+    existing = find_comment(transport, repo, number, author, marker_of(body) or MARKER)
     if existing is not None:
         transport("PATCH", f"/repos/{repo}/issues/comments/{existing['id']}", {"body": body})
         return "updated", int(existing["id"])

@@ -90,11 +90,21 @@ def test_write_summary_appends_to_the_job_summary_and_writes_pr_metadata(tmp_pat
 
 
 def test_truncation_keeps_the_limit_and_whole_lines() -> None:
-    body = gh.MARKER + "\n" + "\n".join(f"| row {i} | {'x' * 50} |" for i in range(3000))
+    # GitHub counts UTF-16 units: an emoji outside the BMP costs two.
+    body = gh.MARKER + "\n" + "\n".join(f"| row {i} 🐢 | {'x' * 50} |" for i in range(3000))
     cut = gh.truncate_body(body, "*cut*")
-    assert len(cut) <= gh.COMMENT_LIMIT
+    assert gh.utf16_len(cut) <= gh.COMMENT_LIMIT < gh.utf16_len(body)
     assert cut.startswith(gh.MARKER) and cut.endswith("\n\n*cut*")
     assert cut[: -len("\n\n*cut*")].endswith("|")
+    assert gh.truncate_body("short", "*cut*") == "short"
+
+
+def test_per_machine_markers_are_kept() -> None:
+    h100 = "<!-- perfguard-report h100 -->\n## ok\n"
+    assert gh.marker_of(h100) == "<!-- perfguard-report h100 -->"
+    assert gh.ensure_marker(h100) == h100
+    assert gh.marker_of("## ok\n" + gh.MARKER) is None  # only the first line counts
+    assert gh.ensure_marker("## ok\n").startswith(gh.MARKER + "\n")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -220,6 +230,16 @@ def test_comment_is_created_once_then_updated_in_place(
         next(c for c in state.comments[12] if c["id"] == human)["body"] == f"quoting {gh.MARKER} in a review"
     )
     assert ("PATCH", f"/repos/{REPO}/issues/comments/{ours[0]['id']}") in state.requests
+
+    # A second GPU class with its own marker gets its own comment, and keeps it.
+    h100 = _artifact(tmp_path)
+    (h100 / "comment.md").write_text("<!-- perfguard-report h100 -->\nh100 run\n")
+    assert _comment(h100, api, monkeypatch) == 0
+    assert _comment(h100, api, monkeypatch) == 0
+    bodies = sorted(
+        c["body"].split("\n")[1] for c in state.comments[12] if c["user"]["login"] == gh.DEFAULT_AUTHOR
+    )
+    assert bodies == ["h100 run", "second run"]
 
 
 def test_comment_refuses_a_pr_number_from_another_fork(
