@@ -503,6 +503,7 @@ def _skip_until_built(job: JobResult) -> None:
             pytest.skip(f"{name} is not built on this branch yet: {step.output.strip().splitlines()[0]}")
 
 
+@pytest.mark.slow
 def test_clean_head_passes_and_publishes_everything(
     tmp_path: Path, origin: dict[str, Any], prepared_python: Path, runner_store: Path
 ) -> None:
