@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,11 @@ def count_attention(
     denom = p.sum(dim=-1, keepdim=True)
     p = p / torch.where(denom > 0, denom, torch.ones_like(denom))
     return torch.einsum("bhpk,bkhd->bphd", p, v)
+
+
+@lru_cache(maxsize=64)
+def _cached_semantics_pattern(*args: object) -> torch.Tensor:
+    return semantics_pattern(*args)  # type: ignore[arg-type]
 
 
 class GoodCore(nn.Module):
@@ -70,9 +76,8 @@ class GoodCore(nn.Module):
         self, seq_len: int, is_causal: bool = False, *, num_heads: int | None = None
     ) -> torch.Tensor:
         heads = num_heads or self.num_heads
-        return semantics_pattern(
-            seq_len, heads, self.segment_lengths, self.dilation_rates, self.mode, is_causal
-        )
+        args = (seq_len, heads, tuple(self.segment_lengths), tuple(self.dilation_rates), self.mode, is_causal)
+        return _cached_semantics_pattern(*args).clone()
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = False
@@ -195,18 +200,21 @@ class BlockSoftmaxSumCore(GoodCore):
     ) -> torch.Tensor:
         _, n, h, _ = validate_qkv(q, k, v)
         counts = self.attention_pattern(n, is_causal, num_heads=h).to(q.device)
-        out = torch.zeros_like(q)
         bs = self.block_size
-        for i in range(0, n, bs):
-            for j in range(0, n, bs):
-                c = counts[:, i : i + bs, j : j + bs]
-                if not bool(c.any()):
-                    continue
-                part = count_attention(
-                    q[:, i : i + bs], k[:, j : j + bs], v[:, j : j + bs], c, self.softmax_scale
-                )
-                out[:, i : i + bs] = out[:, i : i + bs] + part  # summed, never renormalised across blocks
-        return out
+        nb = math.ceil(n / bs)
+        pad = nb * bs - n
+        kp, vp = F.pad(k, (0, 0, 0, 0, 0, pad)), F.pad(v, (0, 0, 0, 0, 0, pad))
+        cp = F.pad(counts, (0, pad)).view(h, n, nb, bs)
+        scale = self.softmax_scale or 1.0 / math.sqrt(q.shape[-1])
+        logits = torch.einsum("bphd,bkhd->bhpk", q, kp).view(-1, h, n, nb, bs) * scale
+        logits = logits.masked_fill(cp == 0, float("-inf"))
+        block_max = logits.amax(-1, keepdim=True)
+        block_max = torch.where(torch.isfinite(block_max), block_max, torch.zeros_like(block_max)).detach()
+        p = torch.exp(logits - block_max) * cp.to(q.dtype)
+        denom = p.sum(-1, keepdim=True)
+        p = p / torch.where(denom > 0, denom, torch.ones_like(denom))  # each block normalised on its own
+        # ... and the blocks summed, never renormalised across the row
+        return torch.einsum("bhpjk,bjkhd->bphd", p, vp.view(-1, nb, bs, h, vp.shape[-1]))
 
 
 class RingNoMergeCore(GoodCore):

@@ -137,12 +137,17 @@ def _resolve(ref: str) -> list[ImplSpec]:
         obj: Any = getattr(module, attr)
     except AttributeError:
         raise UsageError(f"{ENV_VAR}: module {module_name!r} has no attribute {attr!r}") from None
-    if callable(obj) and not isinstance(obj, (Mapping, ImplSpec)):
-        obj = obj()
-    items: Iterable[Any] = obj.values() if isinstance(obj, Mapping) else obj
-    if isinstance(obj, ImplSpec):
-        items = [obj]
-    specs = list(items)
+    try:
+        if callable(obj) and not isinstance(obj, (Mapping, ImplSpec)):
+            obj = obj()
+        items: Iterable[Any] = obj.values() if isinstance(obj, Mapping) else obj
+        specs = [obj] if isinstance(obj, ImplSpec) else list(items)
+    except Exception as exc:
+        raise UsageError(
+            f"{ENV_VAR}: {ref} must be a mapping or iterable of ImplSpec (or a callable returning one); "
+            f"using it raised {type(exc).__name__}: {exc}",
+            hint="build them with perfguard.verify.plugins.external_spec(...)",
+        ) from exc
     bad = [s for s in specs if not isinstance(s, ImplSpec)]
     if bad:
         raise UsageError(
