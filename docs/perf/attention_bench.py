@@ -36,13 +36,13 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from attention import (  # noqa: E402 - after the path fix above
+from attention import (
     BlockSparseRingDilatedAttention,
     DilatedAttention,
     ImprovedDilatedAttention,
     RingDilatedAttention,
 )
-from attention.pattern import dilated_attended_pairs  # noqa: E402
+from attention.pattern import dilated_attended_pairs
 
 SEGS, RATES, HEADS, DIM = [2048, 4096, 8192], [1, 2, 4], 12, 64
 DTYPE = torch.bfloat16
