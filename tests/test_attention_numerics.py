@@ -16,7 +16,7 @@ from attention.reference import multihead_reference, reference_attention, relati
 CPU_TOL = 1e-5
 CUDA_TOL = 2e-2
 MODES = ("longnet", "head_groups")
-IMPLEMENTED = [n for n in registry.names() if "block_sparse" not in n]
+IMPLEMENTED = registry.names()
 
 
 def _reference(spec: registry.ImplSpec, module: torch.nn.Module, q, k, v, causal: bool) -> torch.Tensor:
@@ -78,7 +78,7 @@ def test_matches_reference_cpu(name: str, mode: str, causal: bool) -> None:
     check_against_reference(name, mode=mode, causal=causal)
 
 
-CORE = [n for n in registry.names(multihead=False) if "block_sparse" not in n]
+CORE = registry.names(multihead=False)
 
 
 @pytest.mark.parametrize("head_dim", [24, 5])
