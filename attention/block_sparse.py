@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import torch
@@ -231,7 +232,7 @@ class BlockSparseRingDilatedAttention(DilatedAttentionBase):
         self.pattern = pattern
         self.ring_size = ring_size
         self.backend = backend
-        self._cache: dict[tuple, object] = {}
+        self._cache = _LRU()
 
     # -- pattern --------------------------------------------------------------------------------
     def active_blocks(self, seq_len: int, is_causal: bool = False) -> torch.Tensor:
@@ -373,6 +374,24 @@ class BlockSparseRingDilatedAttention(DilatedAttentionBase):
             f"{super().extra_repr()}, sparsity={self.sparsity}, block_size={self.block_size}, "
             f"pattern={self.pattern!r}, ring_size={self.ring_size}, backend={self.backend!r}"
         )
+
+
+class _LRU(OrderedDict):
+    """A small least-recently-used dict: patterns, gather plans and block masks per seq_len."""
+
+    def __init__(self, size: int = 16) -> None:
+        super().__init__()
+        self.size = size
+
+    def __getitem__(self, key):
+        self.move_to_end(key)
+        return super().__getitem__(key)
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.size:
+            self.popitem(last=False)
 
 
 _FLEX_BROKEN: set[tuple[str, torch.dtype, int]] = set()

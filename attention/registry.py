@@ -94,6 +94,8 @@ class ImplSpec:
             kwargs.setdefault("num_heads", cfg.shape.num_heads)
             module = create_dilated_attention(self.name, device=device, dtype=dtype, **kwargs)
         else:
+            # num_heads only feeds attention_pattern's default; the config's head count is the natural one
+            kwargs.setdefault("num_heads", cfg.shape.num_heads)
             module = create_dilated_attention(self.name, **kwargs)
             module = module.to(device=device, dtype=dtype) if (device or dtype) else module
         return module.eval()
