@@ -57,7 +57,17 @@ def _flush() -> None:
 
 
 def time_ms(fn: Callable[[], object], *, graph: bool, samples: int = 30, warmup_s: float = 1.0) -> float:
-    """Median milliseconds of ``fn`` (eager) or of a CUDA-graph replay of it."""
+    """Median milliseconds of ``fn`` (eager) or of a CUDA-graph replay of it; NaN (with the error
+    printed) when the call or its graph capture fails, so one failure does not end the run."""
+    try:
+        return _time_ms(fn, graph=graph, samples=samples, warmup_s=warmup_s)
+    except Exception as exc:  # a benchmark run reports every failure and goes on
+        print(f"  timing failed ({'graph' if graph else 'eager'}): {exc!r}"[:400], flush=True)
+        torch.cuda.synchronize()
+        return float("nan")
+
+
+def _time_ms(fn: Callable[[], object], *, graph: bool, samples: int, warmup_s: float) -> float:
     call = fn
     if graph:
         stream = torch.cuda.Stream()
@@ -155,67 +165,90 @@ def main() -> None:
     # 1. improved vs SDPA on pre-gathered tensors (forward, and forward+backward), and vs dilated.
     lengths = [8192, 32768] if args.quick else [8192, 32768, 131072, 524288]
     for n in lengths:
-        q, k, v = qkv(n)
-        branches = pregathered(n)
+        run_section(f"forward n={n}", lambda n=n: forward_section(n, improved, dilated, record))
 
-        def sdpa_fwd(branches=branches) -> None:
-            for bq, bk, bv in branches:
-                F.scaled_dot_product_attention(bq, bk, bv)
+    run_section("ring", lambda: ring_section(args, improved, record))
+    run_section("block-sparse", lambda: block_sparse_section(record))
+    if not args.quick:
+        run_section("1M", lambda: million_section(improved, record))
+    finish(info, rows)
 
-        with torch.no_grad():
-            for method in ("eager", "graph"):
-                graph = method == "graph"
-                t_sdpa = time_ms(sdpa_fwd, graph=graph)
-                t_imp = time_ms(lambda q=q, k=k, v=v: improved(q, k, v), graph=graph)
-                record(
-                    bench="forward",
-                    n=n,
-                    method=method,
-                    sdpa_pregathered_ms=t_sdpa,
-                    improved_ms=t_imp,
-                    sdpa_tflops=tflops(n, t_sdpa),
-                    improved_tflops=tflops(n, t_imp),
-                    improved_vs_sdpa=t_sdpa / t_imp,
-                )
-                if n <= 32768:
-                    t_dil = time_ms(lambda q=q, k=k, v=v: dilated(q, k, v), graph=graph)
-                    record(
-                        bench="forward-dilated",
-                        n=n,
-                        method=method,
-                        dilated_ms=t_dil,
-                        dilated_tflops=tflops(n, t_dil),
-                        improved_over_dilated=t_dil / t_imp,
-                    )
-        if n <= 131072:
-            qg, kg, vg = qkv(n, grad=True)
-            grad_out = torch.randn_like(qg)
-            bg = [tuple(t.detach().requires_grad_(True) for t in br) for br in branches]
 
-            def imp_fb(qg=qg, kg=kg, vg=vg, grad_out=grad_out) -> None:
-                improved(qg, kg, vg).backward(grad_out)
+def forward_section(
+    n: int, improved: torch.nn.Module, dilated: torch.nn.Module, record: Callable[..., None]
+) -> None:
+    # 1. improved vs SDPA on pre-gathered tensors (forward, and forward+backward), and vs dilated.
+    q, k, v = qkv(n)
+    branches = pregathered(n)
 
-            def sdpa_fb(bg=bg) -> None:
-                for bq, bk, bv in bg:
-                    o = F.scaled_dot_product_attention(bq, bk, bv)
-                    o.backward(torch.ones_like(o))
+    def sdpa_fwd(branches=branches) -> None:
+        for bq, bk, bv in branches:
+            F.scaled_dot_product_attention(bq, bk, bv)
 
-            t_sdpa = time_ms(sdpa_fb, graph=False, samples=20)
-            t_imp = time_ms(imp_fb, graph=False, samples=20)
+    with torch.no_grad():
+        for method in ("eager", "graph"):
+            graph = method == "graph"
+            t_sdpa = time_ms(sdpa_fwd, graph=graph)
+            t_imp = time_ms(lambda q=q, k=k, v=v: improved(q, k, v), graph=graph)
             record(
-                bench="forward+backward",
+                bench="forward",
                 n=n,
-                method="eager",
+                method=method,
                 sdpa_pregathered_ms=t_sdpa,
                 improved_ms=t_imp,
-                sdpa_tflops=tflops(n, t_sdpa, backward=True),
-                improved_tflops=tflops(n, t_imp, backward=True),
+                sdpa_tflops=tflops(n, t_sdpa),
+                improved_tflops=tflops(n, t_imp),
                 improved_vs_sdpa=t_sdpa / t_imp,
             )
-            del qg, kg, vg, grad_out, bg
-        del q, k, v, branches
-        torch.cuda.empty_cache()
+            if n <= 32768:
+                t_dil = time_ms(lambda q=q, k=k, v=v: dilated(q, k, v), graph=graph)
+                record(
+                    bench="forward-dilated",
+                    n=n,
+                    method=method,
+                    dilated_ms=t_dil,
+                    dilated_tflops=tflops(n, t_dil),
+                    improved_over_dilated=t_dil / t_imp,
+                )
+    if n <= 131072:
+        qg, kg, vg = qkv(n, grad=True)
+        grad_out = torch.randn_like(qg)
+        bg = [tuple(t.detach().requires_grad_(True) for t in br) for br in branches]
 
+        def imp_fb(qg=qg, kg=kg, vg=vg, grad_out=grad_out) -> None:
+            improved(qg, kg, vg).backward(grad_out)
+
+        def sdpa_fb(bg=bg) -> None:
+            for bq, bk, bv in bg:
+                o = F.scaled_dot_product_attention(bq, bk, bv)
+                o.backward(torch.ones_like(o))
+
+        t_sdpa = time_ms(sdpa_fb, graph=False, samples=20)
+        t_imp = time_ms(imp_fb, graph=False, samples=20)
+        record(
+            bench="forward+backward",
+            n=n,
+            method="eager",
+            sdpa_pregathered_ms=t_sdpa,
+            improved_ms=t_imp,
+            sdpa_tflops=tflops(n, t_sdpa, backward=True),
+            improved_tflops=tflops(n, t_imp, backward=True),
+            improved_vs_sdpa=t_sdpa / t_imp,
+        )
+        del qg, kg, vg, grad_out, bg
+    del q, k, v, branches
+    torch.cuda.empty_cache()
+
+
+def run_section(name: str, fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except Exception as exc:  # keep going: the other sections still produce numbers
+        print(f"section {name} failed: {exc!r}"[:600], flush=True)
+    torch.cuda.empty_cache()
+
+
+def ring_section(args: argparse.Namespace, improved: torch.nn.Module, record: Callable[..., None]) -> None:
     # 2. ring: peak memory beyond inputs and outputs, ring_size 8 against 1, and time against improved.
     n = 32768 if args.quick else 131072
     q, k, v = qkv(n)
@@ -238,9 +271,9 @@ def main() -> None:
             improved_ms=ti,
             ring8_over_improved=t8 / ti,
         )
-    del q, k, v
-    torch.cuda.empty_cache()
 
+
+def block_sparse_section(record: Callable[..., None]) -> None:
     # 3. block-sparse at 90 % sparsity against dense SDPA (flash) on the same shape.
     n = 32768
     q, k, v = qkv(n)
@@ -266,27 +299,29 @@ def main() -> None:
             dense_flash_ms=t_dense,
             speedup=t_dense / t_bs,
         )
-    del q, k, v
-    torch.cuda.empty_cache()
 
+
+def million_section(improved: torch.nn.Module, record: Callable[..., None]) -> None:
     # 4. one million tokens on one GPU (forward, bf16): improved and ring.
-    if not args.quick:
-        n = 1 << 20
-        q, k, v = qkv(n)
-        with torch.no_grad():
-            for name, mod in (("improved", improved), ("ring8", ring8)):
-                mem = peak_extra_bytes(lambda mod=mod: mod(q, k, v))
-                t = time_ms(lambda mod=mod: mod(q, k, v), graph=False, samples=10)
-                record(
-                    bench="1M",
-                    n=n,
-                    impl=name,
-                    ms=t,
-                    tflops=tflops(n, t),
-                    extra_bytes=mem,
-                    peak_gib=(mem + 4 * q.numel() * q.element_size()) / 2**30,
-                )
+    n = 1 << 20
+    q, k, v = qkv(n)
+    ring8 = RingDilatedAttention(segment_lengths=SEGS, dilation_rates=RATES, ring_size=8).cuda()
+    with torch.no_grad():
+        for name, mod in (("improved", improved), ("ring8", ring8)):
+            mem = peak_extra_bytes(lambda mod=mod: mod(q, k, v))
+            t = time_ms(lambda mod=mod: mod(q, k, v), graph=False, samples=10)
+            record(
+                bench="1M",
+                n=n,
+                impl=name,
+                ms=t,
+                tflops=tflops(n, t),
+                extra_bytes=mem,
+                peak_gib=(mem + 4 * q.numel() * q.element_size()) / 2**30,
+            )
 
+
+def finish(info: dict, rows: list[dict]) -> None:
     out_dir = Path(os.environ.get("OUT", "."))
     (out_dir / "attention_bench.json").write_text(json.dumps({"info": info, "rows": rows}, indent=1))
     print("\nsummary")
