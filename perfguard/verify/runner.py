@@ -122,7 +122,7 @@ def plan(
         wanted = [DTYPES[d] for d in (dtypes or DEFAULT_DTYPES[dev])]
         per_device[dev] = [dt for dt in wanted if dt in anywhere]
         missing = [dt for dt in wanted if dt not in anywhere]
-        if missing and (device != "auto" or not dtypes):
+        if missing and dtypes and device != "auto":  # asked for explicitly: say so, never drop silently
             names = ", ".join(dtype_name(d) for d in missing)
             known = ", ".join(dtype_name(d) for d in DTYPES.values() if d in anywhere) or "none"
             raise UsageError(
