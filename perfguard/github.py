@@ -165,6 +165,14 @@ def run_step(name: str, argv: Sequence[str], log_dir: Path) -> int:
 STEP_ORDER = ("baseline", "verify", "check", "run", "report")
 """Order in which the workflows run the recorded steps; the first failure is the one explained."""
 
+_CONSEQUENCE = {
+    "baseline": "no benchmark comparison was made",
+    "verify": "no benchmark comparison was made",
+    "check": "there is no verdict report",
+    "run": "no baseline was recorded for this commit",
+    "report": "the history site was not updated",
+}
+
 
 @dataclass(frozen=True)
 class StepRecord:
@@ -233,11 +241,12 @@ def compose_summary(
     run_url: str | None = None,
     title: str = "perfguard",
 ) -> str:
-    """Markdown for the job summary and the PR comment, always starting with :data:`MARKER`.
+    """Markdown for the job summary and the PR comment, always starting with a perfguard marker.
 
     When ``report.md`` exists (perfguard check wrote it, whatever its verdict) it is the body. When
     it does not, the body says which step failed first and quotes its message, so a PR author sees
-    "the baseline branch could not be resolved" instead of an empty comment.
+    "the baseline branch could not be resolved" instead of an empty comment; a job without a check
+    report whose steps all passed (the baseline workflow) gets the tail of each step's log.
     """
     report = report_dir / "report.md"
     commit = f"`{head_sha[:12]}`" if head_sha else "this commit"
@@ -253,6 +262,27 @@ def compose_summary(
 
     steps = read_steps(report_dir)
     failed = next((s for s in steps if s.exit_code not in (0, None)), None)
+    perfguard_steps = [s for s in steps if s.name != "baseline"]
+    if failed is None and perfguard_steps:
+        # A job that writes no check report (the baseline workflow) and succeeded.
+        lines = [
+            MARKER,
+            f"## {title}: {', '.join(f'`{s.name}`' for s in perfguard_steps)} passed for {commit}",
+        ]
+        for step in perfguard_steps:
+            tail = "\n".join(step.log.strip().splitlines()[-10:])
+            lines += [
+                "",
+                f"<details><summary>perfguard {step.name}</summary>",
+                "",
+                "```text",
+                tail,
+                "```",
+                "",
+                "</details>",
+            ]
+        return "\n".join(lines) + footer
+
     lines = [MARKER, f"## {title}: no report for {commit}", ""]
     if failed is None:
         lines.append(
@@ -261,7 +291,8 @@ def compose_summary(
         )
     else:
         meaning = _EXIT_MEANING.get(failed.exit_code or 0, f"crashed (exit {failed.exit_code})")
-        lines.append(f"`perfguard {failed.name}` {meaning}; no benchmark comparison was made.")
+        consequence = _CONSEQUENCE.get(failed.name, "the job stopped there")
+        lines.append(f"`perfguard {failed.name}` {meaning}; {consequence}.")
         lines += ["", "```text", error_message_from_log(failed.log) or "(no output)", "```"]
     return "\n".join(lines) + footer
 

@@ -75,6 +75,19 @@ def test_summary_without_report_names_the_first_failed_step(tmp_path: Path) -> N
     assert "loading..." not in body
 
 
+def test_summary_of_a_successful_job_without_a_check_report(tmp_path: Path) -> None:
+    for name, last in (("run", "stored 6 results for 5f1c0d2e3b4a"), ("report", "wrote site/index.html")):
+        (tmp_path / f"{name}.exit").write_text("0\n")
+        (tmp_path / f"{name}.log").write_text(f"progress...\n{last}\n")
+    body = gh.compose_summary(tmp_path, head_sha=SHA)
+    assert body.startswith(gh.MARKER + "\n## perfguard: `run`, `report` passed for `5f1c0d2e3b4a`")
+    assert "stored 6 results" in body and "wrote site/index.html" in body
+    (tmp_path / "report.exit").write_text("2\n")
+    (tmp_path / "report.log").write_text("Error: the store is empty\n")
+    body = gh.compose_summary(tmp_path, head_sha=SHA)
+    assert "`perfguard report` stopped on a usage or environment error (exit 2); the history site" in body
+
+
 def test_write_summary_appends_to_the_job_summary_and_writes_pr_metadata(tmp_path: Path) -> None:
     step_summary = tmp_path / "summary.md"
     step_summary.write_text("### earlier step\n")
