@@ -421,6 +421,8 @@ def test_duplicate_results_and_bad_run_fields_are_refused(store: Store) -> None:
         record(store, purpose="nightly")
     with pytest.raises(StoreError, match="at least one result"):
         record(store, results=[])
+    with pytest.raises(StoreError, match="parents must be a list"):
+        store.get_or_create_commit(sha(1), sha(1), False, "main", sha(0), "", None, T0)
     with pytest.raises(StoreError, match="clean commit sha"):
         record(store, commit=CommitRecord(sha="abc", base_sha=sha(1), committed_at=T0))
     with pytest.raises(StoreError, match="before started_at"):

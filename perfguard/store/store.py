@@ -107,7 +107,7 @@ class Store:
         self._engine = engine
         self._url = store_url
         self.schema_state = schema_state
-        # The revision the database had before open() upgraded it (None: it was empty or not upgraded).
+        # The revision open() found the database at (None: it was empty, or migrate=False).
         self.migrated_from = migrated_from
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -188,7 +188,7 @@ class Store:
             base_sha=base_sha,
             dirty=dirty,
             branch=branch,
-            parents=tuple(parents),
+            parents=parents,
             subject=subject,
             author=author,
             committed_at=committed_at,
