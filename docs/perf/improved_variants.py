@@ -89,7 +89,7 @@ def main() -> None:
             for kern in ("cudnn", "flash"):
                 t_pre = bench(lambda pre=pre, kern=kern: kernel(kern, *pre))
 
-                def gk(kern=kern, w=w, r=r):
+                def gk(kern=kern, w=w, r=r, q=q, k=k, v=v):
                     return kernel(kern, *(gathered(t, w, r) for t in (q, k, v)))
 
                 t_g = bench(gk)
@@ -110,9 +110,8 @@ def main() -> None:
                 print(rows[-1], flush=True)
             outs[(w, r)] = kernel("cudnn", *pre)
         # merge cost: three branch outputs (contiguous gathered layout) merged by LSE into (1, n, H, d)
-        o1, l1 = outs[(min(2048, n), 1)]
 
-        def merge():
+        def merge(n=n, outs=outs):
             out = torch.zeros(1, n, H, D, device="cuda", dtype=torch.float32)
             lse = torch.full((1, n, H), -float("inf"), device="cuda")
             for (w, r), (o, lo) in outs.items():
