@@ -1,0 +1,64 @@
+"""Reports from the history store: the check report (Markdown / HTML / JSON) and the history site.
+
+Reports only *read* the store.  The API for ``perfguard check`` and other callers:
+
+``render_markdown(check, *, max_chars=65_000, marker="<!-- perfguard-report -->", site_url=None,
+report_url=None) -> str``
+    GitHub-flavoured Markdown for ``$GITHUB_STEP_SUMMARY`` and the sticky PR comment.  The first
+    line is always ``marker`` (a hidden HTML comment) so a workflow can find its comment and edit
+    it in place; pass a per-machine marker when several GPU runners comment on one PR.  When every
+    item is unchanged or skipped it is one line (``no regressions: N benchmarks unchanged``) plus
+    a collapsed ``<details>``.  It stays within ``max_chars`` UTF-16 units (GitHub's comment limit
+    is 65,536): table rows are dropped from the end with a note saying how many.
+
+``render_html(check, *, site_url=None) -> str``
+    One self-contained HTML page: inline CSS and JS, a Content-Security-Policy that allows
+    nothing but those two blocks, no request of any kind.
+
+``check_to_json(check) -> dict``
+    The same data as plain JSON types (schema ``perfguard-check-report/1``, documented in
+    ``docs/reports.md``): write it with ``json.dumps``.
+
+    All three take a stored :class:`perfguard.store.models.Check` with ``items``, ``machine``,
+    ``head_commit`` and ``base_commit`` loaded (:func:`load_check` loads one by id).  When the
+    check is attached to a session, the software of both sides is read from its runs; otherwise
+    from ``check.environment["base"]`` / ``["head"]`` (see ``docs/design.md``, Reports).
+
+``build_site(source, out_dir, *, step_threshold=0.05) -> SiteSummary``
+    Writes the static history site into ``out_dir``.  ``source`` is a SQLAlchemy ``Session``,
+    ``Engine``, a store object with a ``session()`` context manager, or a database URL (opened
+    read-only).
+
+Verdict strings are those of ``perfguard.compare.Verdict``: regression, improvement, unchanged,
+unstable, new, missing, broken, failed, skipped.
+"""
+
+from __future__ import annotations
+
+from perfguard.report.check_report import (
+    GITHUB_COMMENT_LIMIT,
+    JSON_SCHEMA,
+    MARKER,
+    CheckReport,
+    build_report,
+    check_to_json,
+    render_html,
+    render_markdown,
+)
+from perfguard.report.queries import load_check, open_session
+from perfguard.report.site import SiteSummary, build_site
+
+__all__ = [
+    "GITHUB_COMMENT_LIMIT",
+    "JSON_SCHEMA",
+    "MARKER",
+    "CheckReport",
+    "SiteSummary",
+    "build_report",
+    "build_site",
+    "check_to_json",
+    "load_check",
+    "open_session",
+    "render_html",
+    "render_markdown",
+]

@@ -1,0 +1,268 @@
+"""The reports' read-only view of the history store.
+
+Reports never write: everything here is a ``SELECT``.  The queries return plain rows (not ORM
+objects) for the history site, because a site of 1,000 commits x 200 series reads 200,000 results
+and ORM identity-map bookkeeping would cost more than the rendering.  The check report works on
+the ORM ``Check`` (the object ``perfguard check`` already holds).
+
+``open_session`` accepts what callers have at hand: a SQLAlchemy ``Session``, an ``Engine``, a
+store object with a ``session()`` context manager (``perfguard.store.Store``), or a URL.  A URL
+is opened read-only (SQLite ``mode=ro``): rendering a report can never create or migrate a
+database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from sqlalchemy import Engine, create_engine, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.orm import Session, aliased, joinedload, selectinload
+
+from perfguard.errors import StoreError
+from perfguard.store.models import Check, CheckItem, Commit, Machine, Result, Run
+
+#: Run purposes that make up the history of the baseline branch.  ``head`` and ``retry`` runs
+#: belong to a pull request's check, ``calibrate`` runs to calibration; none is a point of history.
+HISTORY_PURPOSES: tuple[str, ...] = ("run", "baseline")
+
+#: Check verdicts drawn on the history charts.
+MARKED_VERDICTS: tuple[str, ...] = ("regression", "improvement")
+
+
+class HistoryRow(NamedTuple):
+    """One stored result with its run, commit and machine: a point of some series."""
+
+    machine_id: int
+    machine_key: str
+    machine_label: str
+    machine_kind: str
+    commit_id: int
+    sha: str
+    committed_at: datetime
+    subject: str
+    run_id: int
+    run_started_at: datetime
+    benchmark: str
+    impl: str
+    params: dict[str, Any]
+    params_key: str
+    metric: str
+    unit: str
+    direction: str
+    gated: bool
+    status: str
+    value: float | None
+    samples: list[float] | None
+    q25: float | None
+    q75: float | None
+    n_samples: int
+    method: str | None
+
+
+class VerdictMark(NamedTuple):
+    """A stored check verdict (regression / improvement) to draw at its head commit."""
+
+    check_id: int
+    machine_id: int
+    head_commit_id: int
+    base_sha: str
+    benchmark: str
+    params_key: str
+    verdict: str
+    ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None
+
+
+@contextlib.contextmanager
+def open_session(source: Any) -> Iterator[Session]:
+    """A session on ``source`` (Session, Engine, store object with ``session()``, or URL)."""
+    if isinstance(source, Session):
+        yield source
+        return
+    if isinstance(source, Engine):
+        with Session(source) as session:
+            yield session
+        return
+    opener = getattr(source, "session", None)
+    if callable(opener):
+        with opener() as session:
+            yield session
+        return
+    if isinstance(source, (str, Path)):
+        engine = read_only_engine(str(source))
+        try:
+            with Session(engine) as session:
+                yield session
+        finally:
+            engine.dispose()
+        return
+    raise TypeError(f"cannot read a store from {type(source).__name__}; pass a Session, Engine or URL")
+
+
+def read_only_engine(url: str) -> Engine:
+    """An engine that cannot change the database; a missing SQLite file is an error, not created."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise StoreError(
+            f"not a database URL: {url!r}",
+            hint="pass --db sqlite:///path/to/history.db or a PostgreSQL URL (postgresql+psycopg://…)",
+        ) from exc
+    if parsed.get_backend_name() == "sqlite":
+        path = parsed.database
+        if not path or path == ":memory:":
+            raise StoreError(f"{url!r} is an empty in-memory database", hint="pass the store's file URL")
+        if not Path(path).is_file():
+            raise StoreError(
+                f"no history store at {path}",
+                hint="run `perfguard run` or `perfguard check` first, or pass --db / PERFGUARD_DB",
+            )
+        resolved = Path(path).resolve().as_posix()
+        try:
+            return create_engine(f"sqlite:///file:{resolved}?mode=ro&uri=true")
+        except NoSuchModuleError as exc:  # pragma: no cover - sqlite is always built in
+            raise StoreError(str(exc)) from exc
+    try:
+        return create_engine(parsed)
+    except (NoSuchModuleError, ImportError) as exc:
+        raise StoreError(
+            f"cannot open {parsed.render_as_string(hide_password=True)}: {exc}",
+            hint="install the database driver (pip install 'perfguard[postgres]') or fix --db",
+        ) from exc
+
+
+def _query_error(exc: OperationalError) -> StoreError:
+    return StoreError(
+        f"could not read the history store: {exc.orig}",
+        hint="check --db / PERFGUARD_DB; run `perfguard db upgrade` if the schema is older than perfguard",
+    )
+
+
+def load_check(session: Session, check_id: int) -> Check:
+    """A stored check with everything its report needs already loaded."""
+    stmt = (
+        select(Check)
+        .where(Check.id == check_id)
+        .options(
+            selectinload(Check.items),
+            joinedload(Check.machine),
+            joinedload(Check.head_commit),
+            joinedload(Check.base_commit),
+        )
+    )
+    try:
+        check = session.scalars(stmt).unique().one_or_none()
+    except OperationalError as exc:
+        raise _query_error(exc) from exc
+    if check is None:
+        latest = session.scalar(select(Check.id).order_by(Check.id.desc()).limit(1))
+        raise StoreError(
+            f"no check with id {check_id} in the store",
+            hint=f"the latest check is {latest}" if latest is not None else "no check is stored yet",
+        )
+    return check
+
+
+def side_runs(session: Session, check: Check) -> tuple[Run | None, Run | None]:
+    """The runs whose software both sides of ``check`` were measured with.
+
+    Prefers the run made for this check (purpose ``baseline`` / ``head``, the latest one that
+    started before the check was stored) and falls back to any run of that commit on that machine.
+    """
+
+    def pick(commit_id: int, purposes: Sequence[str]) -> Run | None:
+        stmt = (
+            select(Run)
+            .where(Run.machine_id == check.machine_id, Run.commit_id == commit_id)
+            .order_by(Run.purpose.in_(purposes).desc(), Run.started_at.desc())
+        )
+        runs = list(session.scalars(stmt))
+        before = [
+            r for r in runs if check.created_at is None or _naive(r.started_at) <= _naive(check.created_at)
+        ]
+        return (before or runs or [None])[0]
+
+    return pick(check.base_commit_id, ("baseline", "run")), pick(check.head_commit_id, ("head",))
+
+
+def _naive(when: datetime) -> datetime:
+    """SQLite drops time zones; compare stored datetimes without them."""
+    return when.replace(tzinfo=None)
+
+
+def history_rows(session: Session, purposes: Sequence[str] = HISTORY_PURPOSES) -> list[HistoryRow]:
+    """Every result of the baseline branch's history, oldest run first (clean commits only)."""
+    stmt = (
+        select(
+            Machine.id,
+            Machine.key,
+            Machine.label,
+            Machine.kind,
+            Commit.id,
+            Commit.sha,
+            Commit.committed_at,
+            Commit.subject,
+            Run.id,
+            Run.started_at,
+            Result.benchmark,
+            Result.impl,
+            Result.params,
+            Result.params_key,
+            Result.metric,
+            Result.unit,
+            Result.direction,
+            Result.gated,
+            Result.status,
+            Result.value,
+            Result.samples,
+            Result.q25,
+            Result.q75,
+            Result.n_samples,
+            Result.method,
+        )
+        .join(Run, Result.run_id == Run.id)
+        .join(Commit, Run.commit_id == Commit.id)
+        .join(Machine, Run.machine_id == Machine.id)
+        .where(Run.purpose.in_(purposes), Commit.dirty.is_(False), Run.status == "complete")
+        .order_by(Run.started_at, Run.id)
+    )
+    try:
+        return [HistoryRow(*row) for row in session.execute(stmt)]
+    except OperationalError as exc:
+        raise _query_error(exc) from exc
+
+
+def verdict_marks(session: Session) -> list[VerdictMark]:
+    """Stored check verdicts worth drawing on a history chart (regressions and improvements)."""
+    base = aliased(Commit)
+    stmt = (
+        select(
+            Check.id,
+            Check.machine_id,
+            Check.head_commit_id,
+            base.sha,
+            CheckItem.benchmark,
+            CheckItem.params_key,
+            CheckItem.verdict,
+            CheckItem.ratio,
+            CheckItem.ci_low,
+            CheckItem.ci_high,
+            CheckItem.p_value,
+        )
+        .join(CheckItem, CheckItem.check_id == Check.id)
+        .join(base, Check.base_commit_id == base.id)
+        .where(CheckItem.verdict.in_(MARKED_VERDICTS))
+        .order_by(Check.created_at, Check.id)
+    )
+    try:
+        return [VerdictMark(*row) for row in session.execute(stmt)]
+    except OperationalError as exc:
+        raise _query_error(exc) from exc

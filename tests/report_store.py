@@ -1,0 +1,290 @@
+"""A real SQLite history store for the report tests, written through the real models.
+
+The history: 12 commits of ``main`` measured on two machines (an H100 and a CPU), three
+implementations over three sequence lengths, time on both machines and peak memory on the GPU,
+plus a benchmark whose *name* is ``<script>alert(1)</script>``.  Planted facts the tests check:
+
+* ``ring`` Forward time at seq_len 1024 on the H100 is 50% slower from commit 8 on, and a stored
+  check (head = commit 8, base = commit 7) calls it a regression;
+* ``dilated`` is fastest at short sequences, ``ring`` at long ones (a crossover between 1024 and
+  4096 on both machines);
+* peak memory of ``dilated`` grows as n², of ``ring`` and ``improved`` as n;
+* a PR head run and a dirty work tree are stored but are not history;
+* one CPU result failed.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
+
+from perfguard.store.models import Base, Check, CheckItem, Commit, Machine, Result, Run
+
+XSS = "<script>alert(1)</script>"
+FORWARD = "bench_attention.Forward.track_time"
+MEMORY = "bench_attention.PeakMemory.track_forward"
+IMPLS = ("dilated", "improved", "ring")
+SEQ_LENS = (256, 1024, 4096)
+N_COMMITS = 12
+REGRESSED_AT = 8  # commit index where ring/1024 on the GPU gets 50% slower
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+
+
+def params_key(params: dict[str, Any]) -> str:
+    return ",".join(f"{k}={params[k]}" for k in sorted(params))
+
+
+def forward_time(impl: str, n: int, gpu: bool) -> float:
+    """dilated ~ n², cheap constant; ring ~ n, expensive constant: they cross between 1024 and 4096."""
+    scale = 1e-3 if gpu else 1.0
+    if impl == "dilated":
+        return scale * 2e-8 * n * n + scale * 1e-4
+    if impl == "improved":
+        return scale * 1.5e-8 * n * n + scale * 2e-4
+    return scale * 5e-5 * n + scale * 1e-3
+
+
+def peak_memory(impl: str, n: int) -> float:
+    return float(64 * n * n) if impl == "dilated" else float(8192 * n)
+
+
+@dataclass
+class HistoryFacts:
+    """What was written, so tests compare pages against the store rather than against constants."""
+
+    path: Path
+    url: str
+    shas: list[str] = field(default_factory=list)
+    gpu_key: str = "nvidia-h100-80gb-hbm3-x1"
+    cpu_key: str = "amd-epyc-7b13"
+    gpu_label: str = "NVIDIA H100 80GB HBM3 ×1"
+    cpu_label: str = "AMD EPYC 7B13 (2 cores)"
+    check_id: int = 0
+    pr_sha: str = ""
+    dirty_sha: str = ""
+
+
+def _samples(rng: random.Random, value: float, n: int = 10) -> list[float]:
+    return [value * (1 + rng.uniform(-0.01, 0.01)) for _ in range(n)]
+
+
+def _result(
+    run: Run,
+    benchmark: str,
+    impl: str,
+    n: int,
+    value: float | None,
+    unit: str,
+    rng: random.Random,
+    *,
+    status: str = "ok",
+    metric: str = "time",
+) -> Result:
+    params = {"impl": impl, "seq_len": n, "dtype": "float32"}
+    samples = _samples(rng, value) if value is not None else None
+    ordered = sorted(samples) if samples else None
+    return Result(
+        run=run,
+        benchmark=benchmark,
+        impl=impl,
+        params=params,
+        params_key=params_key(params),
+        metric=metric,
+        unit=unit,
+        direction="lower",
+        gated=True,
+        status=status,
+        value=value,
+        samples=samples,
+        n_samples=len(samples or []),
+        q25=ordered[2] if ordered else None,
+        q75=ordered[7] if ordered else None,
+        method="cuda-graph" if "cuda" in run.machine.kind else "cpu-wall",
+        info={},
+        error=None if status == "ok" else "RuntimeError: out of memory",
+    )
+
+
+def build_history_store(path: Path) -> HistoryFacts:
+    """Write the store described in the module docstring into a new SQLite file at ``path``."""
+    url = f"sqlite:///{path}"
+    engine = create_engine(url)
+    Base.metadata.create_all(engine)
+    facts = HistoryFacts(path=path, url=url)
+    rng = random.Random(1234)
+    with Session(engine) as session, session.begin():
+        gpu = Machine(
+            key=facts.gpu_key,
+            kind="cuda",
+            label=facts.gpu_label,
+            attributes={"gpu": "NVIDIA H100 80GB HBM3", "count": 1},
+            first_seen=T0,
+        )
+        cpu = Machine(
+            key=facts.cpu_key,
+            kind="cpu",
+            label=facts.cpu_label,
+            attributes={"cpu": "AMD EPYC 7B13"},
+            first_seen=T0,
+        )
+        session.add_all([gpu, cpu])
+        commits = []
+        for i in range(N_COMMITS):
+            sha = f"{i + 1:02x}" + "c0ffee" * 6 + f"{i:02x}"
+            subject = f"commit {i}" if i != 5 else 'tidy <img src=x onerror="alert(2)"> & friends'
+            commit = Commit(
+                sha=sha,
+                base_sha=sha,
+                dirty=False,
+                branch="main",
+                parents=[commits[-1].sha] if commits else [],
+                subject=subject,
+                author="dev",
+                committed_at=T0 + timedelta(days=i),
+            )
+            commits.append(commit)
+            facts.shas.append(sha)
+        session.add_all(commits)
+        runs: dict[tuple[str, int], Run] = {}
+        for i, commit in enumerate(commits):
+            for machine in (gpu, cpu):
+                is_gpu = machine is gpu
+                torch_version = "2.13.0" if i < 10 else "2.13.1"
+                run = Run(
+                    machine=machine,
+                    commit=commit,
+                    profile="quick",
+                    purpose="run",
+                    software={
+                        "torch": torch_version,
+                        "cuda": "12.8" if is_gpu else None,
+                        "driver": "570.86" if is_gpu else None,
+                        "python": "3.11.9",
+                    },
+                    fingerprint={"hostname": f"runner-{i % 3}"},
+                    settings={"tf32": False},
+                    command="perfguard run",
+                    started_at=T0 + timedelta(days=i, hours=1),
+                    finished_at=T0 + timedelta(days=i, hours=2),
+                )
+                session.add(run)
+                runs[(machine.key, i)] = run
+                for impl in IMPLS:
+                    for n in SEQ_LENS:
+                        value = forward_time(impl, n, is_gpu)
+                        if is_gpu and impl == "ring" and n == 1024 and i >= REGRESSED_AT:
+                            value *= 1.5
+                        failed = (not is_gpu) and impl == "improved" and n == 4096 and i == 3
+                        session.add(
+                            _result(
+                                run,
+                                FORWARD,
+                                impl,
+                                n,
+                                None if failed else value,
+                                "seconds",
+                                rng,
+                                status="failed" if failed else "ok",
+                            )
+                        )
+                        if is_gpu:
+                            session.add(
+                                _result(
+                                    run, MEMORY, impl, n, peak_memory(impl, n), "bytes", rng, metric="memory"
+                                )
+                            )
+                session.add(_result(run, XSS, "dilated", 1024, 0.002 if is_gpu else 0.2, "seconds", rng))
+        # A PR head and a dirty work tree: stored, never history.
+        pr = Commit(
+            sha="ffff" + "0" * 36,
+            base_sha="ffff" + "0" * 36,
+            dirty=False,
+            branch="feature",
+            parents=[commits[-1].sha],
+            subject="PR head",
+            author="dev",
+            committed_at=T0 + timedelta(days=N_COMMITS),
+        )
+        dirty_sha = commits[-1].sha + "+dirty.0123456789ab"
+        dirty = Commit(
+            sha=dirty_sha,
+            base_sha=commits[-1].sha,
+            dirty=True,
+            branch="main",
+            parents=[commits[-1].sha],
+            subject="wip",
+            author="dev",
+            committed_at=T0 + timedelta(days=N_COMMITS, hours=3),
+        )
+        facts.pr_sha, facts.dirty_sha = pr.sha, dirty_sha
+        for commit, purpose in ((pr, "head"), (dirty, "run")):
+            run = Run(
+                machine=gpu,
+                commit=commit,
+                profile="quick",
+                purpose=purpose,
+                software={"torch": "2.13.1"},
+                fingerprint={},
+                settings={},
+                command="",
+                started_at=T0 + timedelta(days=N_COMMITS, hours=4),
+                finished_at=T0 + timedelta(days=N_COMMITS, hours=5),
+            )
+            session.add(run)
+            session.add(_result(run, FORWARD, "ring", 1024, 9.99, "seconds", rng))
+        # The stored check that caught the planted regression.
+        check = Check(
+            machine=gpu,
+            head_commit=commits[REGRESSED_AT],
+            base_commit=commits[REGRESSED_AT - 1],
+            baseline_ref="main",
+            profile="quick",
+            threshold=0.2,
+            verdict="regression",
+            exit_code=1,
+            summary={},
+            environment={},
+            config={"threshold": 0.2},
+            command="perfguard check --baseline main",
+            created_at=T0 + timedelta(days=REGRESSED_AT, hours=3),
+        )
+        for impl in IMPLS:
+            for n in SEQ_LENS:
+                params = {"impl": impl, "seq_len": n, "dtype": "float32"}
+                regressed = impl == "ring" and n == 1024
+                base = forward_time(impl, n, True)
+                check.items.append(
+                    CheckItem(
+                        benchmark=FORWARD,
+                        impl=impl,
+                        params=params,
+                        params_key=params_key(params),
+                        metric="time",
+                        unit="seconds",
+                        direction="lower",
+                        gated=True,
+                        verdict="regression" if regressed else "unchanged",
+                        base_value=base,
+                        head_value=base * (1.5 if regressed else 1.0),
+                        ratio=1.5 if regressed else 1.0,
+                        ci_low=1.46 if regressed else 0.99,
+                        ci_high=1.54 if regressed else 1.01,
+                        p_value=1e-5 if regressed else 0.6,
+                        noise=0.01,
+                        threshold=0.2,
+                        method="cuda-graph",
+                        base_n=10,
+                        head_n=10,
+                    )
+                )
+        session.add(check)
+        session.flush()
+        facts.check_id = check.id
+    engine.dispose()
+    return facts
