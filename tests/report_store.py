@@ -288,3 +288,154 @@ def build_history_store(path: Path) -> HistoryFacts:
         facts.check_id = check.id
     engine.dispose()
     return facts
+
+
+@dataclass
+class CheckFacts:
+    """Ids of the checks written by :func:`build_check_store`."""
+
+    url: str
+    mixed_id: int = 0  # every verdict, an XSS benchmark name, different software on the two sides
+    quiet_id: int = 0  # every item unchanged
+    big_id: int = 0  # thousands of items: the Markdown must be cut to GitHub's limit
+    big_items: int = 0
+
+
+def _item(benchmark: str, impl: str, n: int, verdict: str, ratio: float | None, **extra: Any) -> CheckItem:
+    params = {"impl": impl, "seq_len": n, "dtype": "float16"}
+    base = extra.pop("base_value", 1e-3 * n / 1024)
+    fields: dict[str, Any] = {
+        "benchmark": benchmark,
+        "impl": impl,
+        "params": params,
+        "params_key": params_key(params),
+        "metric": "time",
+        "unit": "seconds",
+        "direction": "lower",
+        "gated": True,
+        "verdict": verdict,
+        "base_value": base,
+        "head_value": base * ratio if ratio is not None else None,
+        "ratio": ratio,
+        "ci_low": ratio * 0.97 if ratio is not None else None,
+        "ci_high": ratio * 1.03 if ratio is not None else None,
+        "p_value": 0.001 if verdict in ("regression", "improvement") else 0.4,
+        "noise": 0.02,
+        "threshold": 0.2,
+        "method": "cuda-graph",
+        "base_n": 20,
+        "head_n": 20,
+    }
+    fields.update(extra)
+    return CheckItem(**fields)
+
+
+def build_check_store(path: Path) -> CheckFacts:
+    """Checks for the report tests (not history): see :class:`CheckFacts`."""
+    url = f"sqlite:///{path}"
+    engine = create_engine(url)
+    Base.metadata.create_all(engine)
+    facts = CheckFacts(url=url)
+    with Session(engine) as session, session.begin():
+        gpu = Machine(
+            key="nvidia-h100-80gb-hbm3-x1",
+            kind="cuda",
+            label="NVIDIA H100 80GB HBM3 ×1",
+            attributes={},
+            first_seen=T0,
+        )
+        base = Commit(
+            sha="b" * 40,
+            base_sha="b" * 40,
+            branch="main",
+            parents=[],
+            subject="base commit",
+            author="dev",
+            committed_at=T0,
+        )
+        head = Commit(
+            sha="a" * 40,
+            base_sha="a" * 40,
+            branch="feature",
+            parents=["b" * 40],
+            subject="speed up | ring <b>attention</b>",
+            author="dev",
+            committed_at=T0 + timedelta(hours=5),
+        )
+        for commit, purpose, torch_version, driver in (
+            (base, "baseline", "2.13.0", "570.86"),
+            (head, "head", "2.13.1", "575.51"),
+        ):
+            session.add(
+                Run(
+                    machine=gpu,
+                    commit=commit,
+                    profile="production",
+                    purpose=purpose,
+                    software={"torch": torch_version, "driver": driver, "cuda": "12.8", "python": "3.11.9"},
+                    fingerprint={
+                        "gpu": {"name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{purpose}"},
+                        "hostname": purpose,
+                    },
+                    settings={"sdpa_backend": "flash"},
+                    command="perfguard check --baseline main",
+                    started_at=T0 + timedelta(hours=6),
+                    finished_at=T0 + timedelta(hours=7),
+                )
+            )
+
+        def check(verdict: str, exit_code: int, items: list[CheckItem]) -> Check:
+            c = Check(
+                machine=gpu,
+                head_commit=head,
+                base_commit=base,
+                baseline_ref="main",
+                profile="production",
+                threshold=0.2,
+                verdict=verdict,
+                exit_code=exit_code,
+                summary={},
+                environment={},
+                config={"threshold": 0.2},
+                command="perfguard check --baseline main --profile production",
+                created_at=T0 + timedelta(hours=8),
+                items=items,
+            )
+            session.add(c)
+            return c
+
+        fwd = FORWARD
+        mixed = check(
+            "regression",
+            1,
+            [
+                _item(fwd, "ring", 4096, "regression", 1.31),
+                _item(fwd, "dilated", 8192, "regression", 1.87),
+                _item(fwd, "improved", 4096, "improvement", 0.71),
+                _item(fwd, "hilbert_ring", 2048, "unstable", 1.25, noise=0.18, retried=True),
+                _item(
+                    XSS, "block|sparse", 1024, "new", None, base_value=None, base_n=0, reason="new in head"
+                ),
+                _item(fwd, "multihead_ring", 1024, "missing", None, head_n=0, reason="not in head"),
+                _item(
+                    fwd, "block_sparse_ring", 1024, "broken", None, reason="RuntimeError: CUDA error: <oops>"
+                ),
+                _item(fwd, "ring", 16384, "skipped", None, reason="needs 2 GPUs"),
+                *[_item(fwd, "dilated", n, "unchanged", 1.0 + n / 1e6) for n in (1024, 2048, 4096)],
+            ],
+        )
+        quiet = check(
+            "pass",
+            0,
+            [_item(fwd, impl, n, "unchanged", 1.01) for impl in IMPLS for n in SEQ_LENS],
+        )
+        many = [
+            _item(fwd, f"impl_{k:04d}_with_a_rather_long_name", 1024 * (1 + k % 8), "unchanged", 1.0)
+            for k in range(1500)
+        ]
+        many[7] = _item(fwd, "ring", 4096, "regression", 1.5)
+        big = check("regression", 1, many)
+        session.flush()
+        facts.mixed_id, facts.quiet_id, facts.big_id, facts.big_items = mixed.id, quiet.id, big.id, len(many)
+    engine.dispose()
+    return facts

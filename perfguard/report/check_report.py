@@ -113,9 +113,9 @@ class ItemView:
         return " · ".join(parts)
 
     def severity(self) -> float:
-        """Rank within a verdict: the biggest change first (conbench #388)."""
+        """Rank within a verdict: the biggest change first (conbench #388); others keep their order."""
         r = self.item.ratio
-        if r is None:
+        if r is None or self.item.verdict not in ("regression", "improvement", "unstable"):
             return 0.0
         return -r if self.item.verdict != "improvement" else r
 
@@ -153,6 +153,12 @@ class CheckReport:
     def notable(self) -> list[ItemView]:
         return [i for i in self.items if i.notable]
 
+    def phrase(self, verdict: str) -> str:
+        """``2 regressions``, ``1 improvement``: a count with its verdict word."""
+        n = self.counts.get(verdict, 0)
+        words = VERDICT_WORDS.get(verdict, (verdict, verdict))
+        return f"{n} {words[0 if n == 1 else 1]}"
+
     def named(self, verdict: str) -> list[ItemView]:
         return [i for i in self.items if i.verdict == verdict]
 
@@ -164,10 +170,7 @@ class CheckReport:
     def headline(self) -> str:
         """One line: what happened, in words and counts (no icon; see ``icon``)."""
 
-        def phrase(verdict: str) -> str:
-            n = self.counts[verdict]
-            return f"{n} {VERDICT_WORDS[verdict][0 if n == 1 else 1]}"
-
+        phrase = self.phrase
         if self.failing:
             bad = [phrase(v) for v in VERDICT_ORDER if v in FAILING and self.counts.get(v)]
             if not bad:
