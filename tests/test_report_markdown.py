@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from report_store import XSS, CheckFacts, build_check_store
+from report_store import CheckFacts, build_check_store
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 

@@ -305,7 +305,7 @@ def test_every_page_loads_clean_and_every_link_resolves(site: tuple[HistoryFacts
 
 @pytest.mark.parametrize("name", ["index.html", "compare.html", "memory.html", "regressions.html", "bench"])
 def test_mobile_width_stays_readable(site: tuple[HistoryFacts, Path], name: str) -> None:
-    facts, site_dir = site
+    _, site_dir = site
     path = page_for(site_dir, FORWARD, RING_1024) if name == "bench" else site_dir / name
     visit = open_page(path.as_uri(), viewport=MOBILE)
     try:
