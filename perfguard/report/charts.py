@@ -191,14 +191,19 @@ def line_chart(
     lo, hi, ticks = nice_domain(data_lo / factor, data_hi / factor)
     y = Linear(lo * factor, hi * factor, box.y0, box.y1)
     x = Linear(0, max(n_commits - 1, 0), box.x0, box.x1)
-    xs = [x(p) for p in positions]
-    ys = [y(v) for v in values]
-    polyline = " ".join(f"{r1(a)},{r1(b)}" for a, b in zip(xs, ys, strict=False))
-    upper = [(a, y(h)) for a, h in zip(xs, highs, strict=False) if h is not None]
-    lower = [(a, y(lw)) for a, lw in zip(xs, lows, strict=False) if lw is not None]
+    # Inline affine maps: this runs for every point of every chart of the site.
+    x_scale = (box.x1 - box.x0) / (n_commits - 1) if n_commits > 1 else 0.0
+    x_off = box.x0 if n_commits > 1 else (box.x0 + box.x1) / 2
+    y_scale = (box.y1 - box.y0) / (y.hi - y.lo)
+    y_off = box.y0 - y.lo * y_scale
+    xs = [x_off + p * x_scale for p in positions]
+    ys = [y_off + v * y_scale for v in values]
+    polyline = " ".join([f"{a:.1f},{b:.1f}" for a, b in zip(xs, ys, strict=True)])
+    upper = [f"{a:.1f},{y_off + h * y_scale:.1f}" for a, h in zip(xs, highs, strict=True) if h is not None]
+    lower = [f"{a:.1f},{y_off + lw * y_scale:.1f}" for a, lw in zip(xs, lows, strict=True) if lw is not None]
     band = ""
     if upper and lower:
-        band = "M" + " L".join(f"{r1(a)},{r1(b)}" for a, b in upper + lower[::-1]) + " Z"
+        band = "M" + " L".join(upper + lower[::-1]) + " Z"
     y_ticks = [Tick(y(t * factor), sig3(t) if t else "0") for t in ticks]
     x_ticks = []
     if n_commits:

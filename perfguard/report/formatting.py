@@ -59,6 +59,25 @@ def format_value(value: float | None, unit: str) -> str:
     return f"{sig3(value / factor)} {suffix}".strip()
 
 
+class ValueFormatter:
+    """``format_value`` with the unit prefix and decimals fixed once for a whole series.
+
+    A chart's read-outs then share one suffix and one number of decimals ("52.2 ms", "78.3 ms"),
+    and formatting 200,000 points costs one f-string each.
+    """
+
+    def __init__(self, unit: str, reference: float) -> None:
+        self.factor, self.suffix = unit_scale(unit, reference)
+        scaled = abs(reference) / self.factor if reference else 1.0
+        self.decimals = max(0, 2 - math.floor(math.log10(scaled))) if scaled > 0 else 2
+
+    def number(self, value: float | None) -> str:
+        return "–" if value is None else f"{value / self.factor:.{self.decimals}f}"
+
+    def __call__(self, value: float | None) -> str:
+        return "–" if value is None else f"{value / self.factor:.{self.decimals}f} {self.suffix}".rstrip()
+
+
 def format_ratio(ratio: float | None) -> str:
     """Ratio of medians as ``×1.23`` (the verdict engine orients it so that > 1 is worse)."""
     return "–" if ratio is None else f"×{ratio:.3f}" if ratio < 10 else f"×{ratio:.1f}"

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sqlalchemy import Engine, create_engine, select
+from sqlalchemy import Engine, Text, cast, create_engine, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, aliased, joinedload, selectinload
@@ -35,9 +35,11 @@ HISTORY_PURPOSES: tuple[str, ...] = ("run", "baseline")
 MARKED_VERDICTS: tuple[str, ...] = ("regression", "improvement")
 
 
-class HistoryRow(NamedTuple):
-    """One stored result with its run, commit and machine: a point of some series."""
+class HistoryRun(NamedTuple):
+    """A run that belongs to the history, with its machine and commit."""
 
+    run_id: int
+    started_at: datetime
     machine_id: int
     machine_key: str
     machine_label: str
@@ -46,11 +48,20 @@ class HistoryRow(NamedTuple):
     sha: str
     committed_at: datetime
     subject: str
+
+
+class HistoryRow(NamedTuple):
+    """One stored result of a history run: a point of some series.
+
+    ``params`` and ``samples`` arrive as JSON *text*: parsing them is left to the caller, which
+    parses ``params`` once per series and ``samples`` once per point (200,000 rows of
+    SQLAlchemy-side JSON processing cost more than the whole rendering).
+    """
+
     run_id: int
-    run_started_at: datetime
     benchmark: str
     impl: str
-    params: dict[str, Any]
+    params_json: str
     params_key: str
     metric: str
     unit: str
@@ -58,7 +69,7 @@ class HistoryRow(NamedTuple):
     gated: bool
     status: str
     value: float | None
-    samples: list[float] | None
+    samples_json: str | None
     q25: float | None
     q75: float | None
     n_samples: int
@@ -198,10 +209,20 @@ def _naive(when: datetime) -> datetime:
     return when.replace(tzinfo=None)
 
 
-def history_rows(session: Session, purposes: Sequence[str] = HISTORY_PURPOSES) -> list[HistoryRow]:
-    """Every result of the baseline branch's history, oldest run first (clean commits only)."""
+def _history_runs_stmt(purposes: Sequence[str]) -> Any:
+    return (
+        select(Run.id)
+        .join(Commit, Run.commit_id == Commit.id)
+        .where(Run.purpose.in_(purposes), Commit.dirty.is_(False), Run.status == "complete")
+    )
+
+
+def history_runs(session: Session, purposes: Sequence[str] = HISTORY_PURPOSES) -> list[HistoryRun]:
+    """The runs that make up the history: history purposes, clean commits, completed."""
     stmt = (
         select(
+            Run.id,
+            Run.started_at,
             Machine.id,
             Machine.key,
             Machine.label,
@@ -210,32 +231,39 @@ def history_rows(session: Session, purposes: Sequence[str] = HISTORY_PURPOSES) -
             Commit.sha,
             Commit.committed_at,
             Commit.subject,
-            Run.id,
-            Run.started_at,
-            Result.benchmark,
-            Result.impl,
-            Result.params,
-            Result.params_key,
-            Result.metric,
-            Result.unit,
-            Result.direction,
-            Result.gated,
-            Result.status,
-            Result.value,
-            Result.samples,
-            Result.q25,
-            Result.q75,
-            Result.n_samples,
-            Result.method,
         )
-        .join(Run, Result.run_id == Run.id)
         .join(Commit, Run.commit_id == Commit.id)
         .join(Machine, Run.machine_id == Machine.id)
-        .where(Run.purpose.in_(purposes), Commit.dirty.is_(False), Run.status == "complete")
-        .order_by(Run.started_at, Run.id)
+        .where(Run.id.in_(_history_runs_stmt(purposes)))
     )
     try:
-        return [HistoryRow(*row) for row in session.execute(stmt)]
+        return [HistoryRun(*row) for row in session.execute(stmt)]
+    except OperationalError as exc:
+        raise _query_error(exc) from exc
+
+
+def history_rows(session: Session, purposes: Sequence[str] = HISTORY_PURPOSES) -> list[HistoryRow]:
+    """Every result of the history runs (see :func:`history_runs`), JSON columns as text."""
+    stmt = select(
+        Result.run_id,
+        Result.benchmark,
+        Result.impl,
+        cast(Result.params, Text),
+        Result.params_key,
+        Result.metric,
+        Result.unit,
+        Result.direction,
+        Result.gated,
+        Result.status,
+        Result.value,
+        cast(Result.samples, Text),
+        Result.q25,
+        Result.q75,
+        Result.n_samples,
+        Result.method,
+    ).where(Result.run_id.in_(_history_runs_stmt(purposes)))
+    try:
+        return [HistoryRow._make(row) for row in session.execute(stmt)]
     except OperationalError as exc:
         raise _query_error(exc) from exc
 

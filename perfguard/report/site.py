@@ -22,6 +22,7 @@ something else.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import shutil
 import time
@@ -34,7 +35,7 @@ from typing import Any
 from perfguard.errors import UsageError
 from perfguard.report import formatting
 from perfguard.report.charts import PALETTE, LineChart, Marker, line_chart, loglog_chart, sparkline
-from perfguard.report.queries import history_rows, open_session, verdict_marks
+from perfguard.report.queries import history_rows, history_runs, open_session, verdict_marks
 from perfguard.report.scaling import Group, groups
 from perfguard.report.series import MachineInfo, Series, assemble, mark_checks, mark_steps, page_slug
 from perfguard.report.templating import SITE_CSP, STATIC_FILES, environment, static_text
@@ -73,15 +74,17 @@ def build_site(
     """Render the whole site from the store into ``out_dir`` (see the module docstring)."""
     started = time.perf_counter()
     out = Path(out_dir)
-    _prepare(out)
+    _check_out(out)  # refuse a wrong --out before reading anything; write nothing until the store is read
     with open_session(source) as session:
+        runs = history_runs(session)
         rows = history_rows(session)
         vmarks = verdict_marks(session)
-    machines, series = assemble(rows)
+    machines, series = assemble(runs, rows)
     del rows
     mark_steps(series, threshold=step_threshold, workers=workers)
     mark_checks(series, vmarks)
 
+    _prepare(out)
     pages: dict[tuple[str, str], list[Series]] = defaultdict(list)
     for s in series:
         pages[s.page_key].append(s)
@@ -190,16 +193,21 @@ def build_site(
     )
 
 
-def _prepare(out: Path) -> None:
-    """Create ``out``, or clear a previous perfguard site there; refuse anything else."""
+def _check_out(out: Path) -> None:
+    """``out`` must be new, empty, or a previous perfguard site."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out} is a file", hint="pass a directory to --out")
+    if out.is_dir() and any(out.iterdir()) and not (out / SITE_MARKER).is_file():
+        raise UsageError(
+            f"{out} is not empty and holds no perfguard site",
+            hint="pass an empty or new directory to --out (perfguard only replaces its own sites)",
+        )
+
+
+def _prepare(out: Path) -> None:
+    """Create ``out``, or clear the previous perfguard site there."""
+    _check_out(out)
     if out.is_dir() and any(out.iterdir()):
-        if not (out / SITE_MARKER).is_file():
-            raise UsageError(
-                f"{out} is not empty and holds no perfguard site",
-                hint="pass an empty or new directory to --out (perfguard only replaces its own sites)",
-            )
         for child in ("bench", "data", "static"):
             shutil.rmtree(out / child, ignore_errors=True)
         for page in out.glob("*.html"):
@@ -236,16 +244,17 @@ def _chart_view(s: Series, k: int, dates: list[str]) -> ChartView:
     marks: dict[str, str] = {}
     for m in s.marks:
         marks[str(m.index)] = (marks[str(m.index)] + "; " if str(m.index) in marks else "") + m.summary
+    values = [p.value for p in pts]
+    fmt = formatting.ValueFormatter(s.unit, sorted(values)[len(values) // 2] if values else 0.0)
     data = {
         "x": [round(x, 1) for x in chart.xs],
         "y": [round(y, 1) for y in chart.ys],
         "sha": [p.commit.short for p in pts],
         "subject": [p.commit.subject[:72] for p in pts],
-        "date": [formatting.format_date(p.commit.date) for p in pts],
-        "value": [formatting.format_value(p.value, s.unit) for p in pts],
+        "date": [p.commit.when for p in pts],
+        "value": [fmt(v) for v in values],
         "ci": [
-            f"{formatting.format_value(p.low, s.unit)} – {formatting.format_value(p.high, s.unit)} "
-            f"({p.interval}, n={p.n})"
+            f"{fmt.number(p.low)} – {fmt(p.high)} ({p.interval}, n={p.n})"
             if p.low is not None
             else f"– (n={p.n})"
             for p in pts
@@ -375,7 +384,7 @@ def _write_data(out: Path, machines: list[MachineInfo], series: list[Series]) ->
                 "gated": s.gated,
                 "points": {
                     "sha": [p.commit.sha for p in s.points],
-                    "committed_at": [p.commit.date.isoformat() for p in s.points],
+                    "committed_at": [p.commit.iso for p in s.points],
                     "value": [p.value for p in s.points],
                     "low": [p.low for p in s.points],
                     "high": [p.high for p in s.points],
@@ -391,46 +400,36 @@ def _write_data(out: Path, machines: list[MachineInfo], series: list[Series]) ->
             for s in series
         ],
     }
-    with (out / "data" / "history.json").open("w", encoding="utf-8") as fh:
-        json.dump(doc, fh, separators=(",", ":"))
-    with (out / "data" / "history.csv").open("w", encoding="utf-8", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(
-            [
-                "machine",
-                "benchmark",
-                "impl",
-                "params",
-                "metric",
-                "unit",
-                "sha",
-                "committed_at",
-                "value",
-                "low",
-                "high",
-                "interval",
-                "n",
-                "method",
-            ]
+    # json.dumps, not json.dump: only the former runs the C encoder over the whole document.
+    (out / "data" / "history.json").write_text(json.dumps(doc, separators=(",", ":")), encoding="utf-8")
+    # CSV: the constant fields of a series are quoted once; per point only numbers, hex shas,
+    # ISO dates and fixed labels follow, which never need quoting (method is quoted via a cache).
+    header = "machine,benchmark,impl,params,metric,unit,sha,committed_at,value,low,high,interval,n,method\r\n"
+    quoted: dict[str | None, str] = {}
+
+    def q(text: str | None) -> str:
+        if text not in quoted:
+            buf = io.StringIO()
+            csv.writer(buf, lineterminator="").writerow(["" if text is None else text])
+            quoted[text] = buf.getvalue()
+        return quoted[text]
+
+    lines = [header]
+    for s in series:
+        prefix = ",".join(
+            q(v)
+            for v in (
+                s.machine.key,
+                s.benchmark,
+                s.impl,
+                json.dumps(s.params, sort_keys=True),
+                s.metric,
+                s.unit,
+            )
         )
-        for s in series:
-            params = json.dumps(s.params, sort_keys=True)
-            for p in s.points:
-                writer.writerow(
-                    [
-                        s.machine.key,
-                        s.benchmark,
-                        s.impl,
-                        params,
-                        s.metric,
-                        s.unit,
-                        p.commit.sha,
-                        p.commit.date.isoformat(),
-                        repr(p.value),
-                        "" if p.low is None else repr(p.low),
-                        "" if p.high is None else repr(p.high),
-                        p.interval,
-                        p.n,
-                        p.method or "",
-                    ]
-                )
+        lines.extend(
+            f"{prefix},{p.commit.sha},{p.commit.iso},{p.value!r},{'' if p.low is None else repr(p.low)},"
+            f"{'' if p.high is None else repr(p.high)},{p.interval},{p.n},{q(p.method)}\r\n"
+            for p in s.points
+        )
+    (out / "data" / "history.csv").write_text("".join(lines), encoding="utf-8", newline="")
