@@ -117,7 +117,7 @@ def test_history_prints_the_series(history: HistoryFacts) -> None:
         "--machine",
         "h100",
         "--limit",
-        "5",
+        "3",
         "--db",
         history.url,
     )
