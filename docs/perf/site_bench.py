@@ -28,11 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sqlalchemy import create_engine, insert  # noqa: E402
-from sqlalchemy.orm import Session  # noqa: E402
+from sqlalchemy import create_engine, insert
+from sqlalchemy.orm import Session
 
-from perfguard.report import build_site  # noqa: E402
-from perfguard.store.models import Base, Commit, Machine, Result, Run  # noqa: E402
+from perfguard.report import build_site
+from perfguard.store.models import Base, Commit, Machine, Result, Run
 
 IMPLS = ("dilated", "improved", "ring", "hilbert_ring", "block_sparse_ring")
 SEQ_LENS = (1024, 2048, 4096, 8192, 16384)
@@ -42,7 +42,10 @@ BENCHMARKS = (
     ("bench_attention.PeakMemory.track_forward", "memory", "bytes"),
     ("bench_attention.PeakMemory.track_forward_backward", "memory", "bytes"),
 )
-MACHINES = (("nvidia-h100-80gb-hbm3-x1", "NVIDIA H100 80GB HBM3 ×1"), ("nvidia-a100-sxm4-80gb-x1", "NVIDIA A100 ×1"))
+MACHINES = (
+    ("nvidia-h100-80gb-hbm3-x1", "NVIDIA H100 80GB HBM3 ×1"),
+    ("nvidia-a100-sxm4-80gb-x1", "NVIDIA A100 ×1"),
+)
 
 
 def base_value(impl: str, n: int, metric: str, k: int) -> float:
@@ -61,9 +64,14 @@ def build_store(path: Path, n_commits: int, n_series: int, seed: int = 0) -> Non
     per_machine = n_series // len(MACHINES)
     keys = [(b, m, u, impl, n) for b, m, u in BENCHMARKS for impl in IMPLS for n in SEQ_LENS][:per_machine]
     # A few planted steps per machine: (series index, commit index, factor).
-    steps = [(rng.randrange(len(keys)), rng.randrange(n_commits // 4, n_commits), rng.choice((1.3, 0.8))) for _ in range(6)]
+    steps = [
+        (rng.randrange(len(keys)), rng.randrange(n_commits // 4, n_commits), rng.choice((1.3, 0.8)))
+        for _ in range(6)
+    ]
     with Session(engine) as session, session.begin():
-        machines = [Machine(key=k, kind="cuda", label=lbl, attributes={}, first_seen=t0) for k, lbl in MACHINES]
+        machines = [
+            Machine(key=k, kind="cuda", label=lbl, attributes={}, first_seen=t0) for k, lbl in MACHINES
+        ]
         commits = [
             Commit(
                 sha=f"{i:08x}" + "ab" * 16,
@@ -143,6 +151,22 @@ def build_store(path: Path, n_commits: int, n_series: int, seed: int = 0) -> Non
     engine.dispose()
 
 
+def _cpu_seconds() -> float:
+    """User + system time of this process and its finished children (the step-fit workers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commits", type=int, default=1000)
@@ -156,13 +180,19 @@ def main() -> None:
     if not db.exists():
         started = time.perf_counter()
         build_store(db, args.commits, args.series)
-        print(f"store: {db} ({db.stat().st_size / 2**20:.0f} MiB) written in {time.perf_counter() - started:.1f} s")
+        size = db.stat().st_size / 2**20
+        print(f"store: {db} ({size:.0f} MiB) written in {time.perf_counter() - started:.1f} s")
     out = args.out or tmp / "site"
+    load_before = os.getloadavg()[0]
+    cpu_before = _cpu_seconds()
     summary = build_site(f"sqlite:///{db}", out, workers=args.workers)
+    cpu = _cpu_seconds() - cpu_before
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     record = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "machine": f"{_cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "load_average_1min": [round(load_before, 1), round(os.getloadavg()[0], 1)],
+        "cpu_seconds": round(cpu, 2),
         "commits": summary.commits,
         "series": summary.series,
         "points": summary.points,

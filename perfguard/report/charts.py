@@ -177,7 +177,7 @@ def line_chart(
     height: float = 260,
 ) -> LineChart:
     """Geometry of one series: ``positions`` index the machine's commits (x), ``values`` are y."""
-    box = Box(width, height, left=58, top=30, right=18, bottom=30)
+    box = Box(width, height, left=66, top=30, right=24, bottom=34)
     candidates = (
         [v for v in values] + [v for v in lows if v is not None] + [v for v in highs if v is not None]
     )
@@ -310,7 +310,7 @@ def loglog_chart(
     height: float = 320,
 ) -> LogLogChart:
     """``lines`` are ``(name, colour, [(n, value), ...])`` with positive n and values."""
-    box = Box(width, height, left=64, top=14, right=16, bottom=34)
+    box = Box(width, height, left=84, top=14, right=16, bottom=38)
     ns = [n for _, _, pts in lines for n, _ in pts]
     vs = [v for _, _, pts in lines for _, v in pts]
     x_ticks_v = log_ticks(min(ns), max(ns), base=2)
