@@ -119,16 +119,16 @@ def build_site(
         (out / "static" / name).write_text(static_text(name), encoding="utf-8")
 
     date_labels = {m.id: [c.date.strftime("%Y-%m-%d") for c in m.commits] for m in machines}
+    by_benchmark: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    for key, members in pages.items():
+        s = members[0]
+        link = (s.impl, formatting.natural_key(s.other_params), formatting.params_label(s.params), slugs[key])
+        by_benchmark[s.benchmark].append(link)
+    for links in by_benchmark.values():
+        links.sort()
     for key, members in pages.items():
         first = members[0]
-        siblings = sorted(
-            (
-                (s.impl, formatting.natural_key(s.other_params), formatting.params_label(s.params), slugs[k])
-                for k, ss in pages.items()
-                for s in ss[:1]
-                if s.benchmark == first.benchmark and k != key
-            ),
-        )
+        siblings = [link for link in by_benchmark[first.benchmark] if link[3] != slugs[key]]
         write(
             f"bench/{slugs[key]}.html",
             "site/benchmark.html",
