@@ -105,27 +105,3 @@ def test_missing_default_store_is_an_error_not_a_new_file(tmp_path: Path) -> Non
     assert result.returncode == 2
     assert ".perfguard/history.db" in result.stderr and "hint:" in result.stderr
     assert not (tmp_path / ".perfguard").exists()
-
-
-def test_history_prints_the_series(history: HistoryFacts) -> None:
-    result = perfguard(
-        "history",
-        "--impl",
-        "ring",
-        "--benchmark",
-        "Forward",
-        "--machine",
-        "h100",
-        "--limit",
-        "3",
-        "--db",
-        history.url,
-    )
-    assert result.returncode == 0, result.stderr
-    out = result.stdout
-    assert "3 series, last 3 commits each" in out
-    assert "78.3 µs" in out and "+50.0%" not in out  # the jump (commit 8 of 12) is before the last 3
-    wide = perfguard("history", "--impl", "ring", "--machine", "h100", "--limit", "12", "--db", history.url)
-    assert "+50.0%" in wide.stdout
-    none = perfguard("history", "--impl", "nope", "--db", history.url)
-    assert none.returncode == 0 and "implementations in the store: dilated, improved, ring" in none.stdout

@@ -10,20 +10,72 @@ comparison across different software can say so.  The schema is versioned by Ale
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+# Named constraints, so that later migrations can drop or alter them by name on every backend
+# (SQLite's batch mode needs names; PostgreSQL would otherwise invent its own).
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp stored in UTC and always read back timezone-aware.
+
+    SQLite has no time zones: SQLAlchemy writes the wall-clock fields and drops the offset, so
+    ``10:00+02:00`` would sort after ``09:00+00:00``.  Converting to UTC on the way in makes
+    ordering by date correct on every backend, and tagging UTC on the way out makes SQLite and
+    PostgreSQL return the same values.  Naive datetimes are refused by the store before writing.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: pass a timezone-aware datetime")
+        return value.astimezone(timezone.utc)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
 
 
 class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map: ClassVar[dict[Any, Any]] = {
         dict[str, Any]: JSON,
         list[Any]: JSON,
         list[float]: JSON,
         list[str]: JSON,
-        datetime: DateTime(timezone=True),
+        datetime: UTCDateTime(),
     }
 
 
@@ -64,9 +116,11 @@ class Run(Base):
     """One asv invocation on one commit on one machine; committed whole or not at all."""
 
     __tablename__ = "runs"
+    # What compare asks for: the runs of one commit on one machine key and profile.
+    __table_args__ = (Index(None, "machine_id", "commit_id", "profile"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    machine_id: Mapped[int] = mapped_column(ForeignKey("machines.id"), index=True)
+    machine_id: Mapped[int] = mapped_column(ForeignKey("machines.id"))
     commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"), index=True)
     profile: Mapped[str] = mapped_column(String(32))
     purpose: Mapped[str] = mapped_column(String(16))  # run | baseline | head | retry | calibrate
@@ -91,7 +145,8 @@ class Result(Base):
     __table_args__ = (UniqueConstraint("run_id", "benchmark", "params_key"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    # No index of its own: the unique constraint (run_id, benchmark, params_key) serves lookups by run.
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     benchmark: Mapped[str] = mapped_column(String(255), index=True)  # asv name
     impl: Mapped[str] = mapped_column(String(128), index=True)
     params: Mapped[dict[str, Any]]
