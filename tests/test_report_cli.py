@@ -84,7 +84,7 @@ def test_report_check_writes_all_three_forms(tmp_path: Path) -> None:
             ("--out", "site", "--db", "sqlite:////nonexistent/history.db"),
             "no history store at /nonexistent/history.db",
         ),
-        (("--out", "site", "--db", "nosuch://x"), "cannot open"),
+        (("--out", "site", "--db", "nosuch://x"), "unsupported database"),
     ],
 )
 def test_report_usage_errors_exit_2_with_a_hint(

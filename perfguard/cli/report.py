@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -12,24 +12,6 @@ from perfguard.cli.options import db_option
 from perfguard.errors import UsageError
 
 _file = click.Path(dir_okay=False, path_type=Path, allow_dash=True)
-
-
-def store_url(db_url: str | None) -> str:
-    """``--db`` / ``PERFGUARD_DB``, else the repository's ``.perfguard/history.db``.
-
-    Reports only read: the URL is opened read-only, and a missing SQLite file is an error that
-    says what to do rather than an empty new database.
-    """
-    if db_url:
-        return db_url
-    try:
-        top = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        root = Path(top)
-    except (OSError, subprocess.CalledProcessError):
-        root = Path.cwd()
-    return f"sqlite:///{root / '.perfguard' / 'history.db'}"
 
 
 def _write(path: Path, text: str) -> None:
@@ -79,6 +61,16 @@ def report(
             hint="add --html PATH, --markdown PATH or --json PATH",
         )
 
+    from perfguard.report.queries import read_only_engine
+
+    engine = read_only_engine(db_url)  # reports only read: nothing is created or migrated
+    try:
+        _render(engine, out_dir, check_id, outputs)
+    finally:
+        engine.dispose()
+
+
+def _render(engine: Any, out_dir: Path | None, check_id: int | None, outputs: dict[str, Path | None]) -> None:
     from perfguard.report import (
         build_site,
         check_to_json,
@@ -88,18 +80,17 @@ def report(
         render_markdown,
     )
 
-    url = store_url(db_url)
     if check_id is not None:
-        with open_session(url) as session:
+        with open_session(engine) as session:
             check = load_check(session, check_id)
-            if markdown_path:
-                _write(markdown_path, render_markdown(check))
-            if html_path:
-                _write(html_path, render_html(check))
-            if json_path:
-                _write(json_path, json.dumps(check_to_json(check), indent=2) + "\n")
+            if outputs["markdown"]:
+                _write(outputs["markdown"], render_markdown(check))
+            if outputs["html"]:
+                _write(outputs["html"], render_html(check))
+            if outputs["json"]:
+                _write(outputs["json"], json.dumps(check_to_json(check), indent=2) + "\n")
     if out_dir is not None:
-        summary = build_site(url, out_dir)
+        summary = build_site(engine, out_dir)
         click.echo(
             f"wrote {summary.pages} pages ({summary.series} series over {summary.commits} commits on "
             f"{summary.machines} machines; {summary.step_marks + summary.check_marks} changes marked) "

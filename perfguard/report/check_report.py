@@ -74,7 +74,7 @@ class CommitView:
     dirty: bool
 
     @classmethod
-    def of(cls, commit: Commit) -> CommitView:
+    def of(cls, commit: Commit | Any) -> CommitView:
         return cls(
             sha=commit.sha,
             short=formatting.short_sha(commit.sha),
@@ -189,12 +189,47 @@ class CheckReport:
         return f"perfguard: no regressions: {unchanged} {noun} unchanged, " + ", ".join(others)
 
 
-def build_report(check: Check, *, site_url: str | None = None, report_url: str | None = None) -> CheckReport:
-    """The view of ``check``; reads both sides' runs through the check's session when attached."""
-    session = object_session(check)
-    base_run = head_run = None
-    if session is not None:
-        base_run, head_run = side_runs(session, check)
+def _head(check: Any) -> Any:
+    return check.head_commit if isinstance(check, Check) else check.head
+
+
+def _base(check: Any) -> Any:
+    return check.base_commit if isinstance(check, Check) else check.base
+
+
+def _side_runs(check: Any, store: Any) -> tuple[Any, Any]:
+    """The runs that measured both sides: through the ORM session, or the store's ``runs_for``."""
+    if isinstance(check, Check):
+        session = object_session(check)
+        if session is not None:
+            return side_runs(session, check)
+    if store is None:
+        return None, None
+
+    def pick(sha: str, preferred: tuple[str, ...]) -> Any:
+        runs = list(store.runs_for(check.machine.key, sha, check.profile, purposes=preferred)) or list(
+            store.runs_for(check.machine.key, sha, check.profile)
+        )
+        before = [r for r in runs if check.created_at is None or r.started_at <= check.created_at]
+        return (before or runs or [None])[-1]  # runs_for is oldest first
+
+    return pick(_base(check).sha, ("baseline", "run")), pick(_head(check).sha, ("head",))
+
+
+def build_report(
+    check: Check | Any,
+    *,
+    store: Any = None,
+    site_url: str | None = None,
+    report_url: str | None = None,
+) -> CheckReport:
+    """The view of a stored check: an ORM ``Check`` or a ``perfguard.store.StoredCheck``.
+
+    The software of both sides comes from ``check.environment["base"/"head"]`` when recorded,
+    else from the runs: through the ORM session the check is attached to, or ``store.runs_for``
+    when a :class:`perfguard.store.Store` is passed.
+    """
+    base_run, head_run = _side_runs(check, store)
     items = [
         ItemView(item=i, params={k: v for k, v in (i.params or {}).items() if k != "impl"})
         for i in check.items
@@ -217,8 +252,8 @@ def build_report(check: Check, *, site_url: str | None = None, report_url: str |
     ]
     return CheckReport(
         check=check,
-        head=CommitView.of(check.head_commit),
-        base=CommitView.of(check.base_commit),
+        head=CommitView.of(_head(check)),
+        base=CommitView.of(_base(check)),
         items=items,
         counts=counts,
         environment=check_environment(check.environment, base_run, head_run),
@@ -231,7 +266,7 @@ def build_report(check: Check, *, site_url: str | None = None, report_url: str |
 
 def repro_commands(check: Check, items: list[ItemView]) -> list[str]:
     """Shell lines that reproduce the check, then only what needs attention (pytorch #136647)."""
-    lines = [f"git checkout {shlex.quote(check.head_commit.sha.partition('+')[0])}"]
+    lines = [f"git checkout {shlex.quote(_head(check).sha.partition('+')[0])}"]
     base_cmd = [
         "perfguard",
         "check",
@@ -251,17 +286,18 @@ def repro_commands(check: Check, items: list[ItemView]) -> list[str]:
     return lines
 
 
-def _report(check: Check | CheckReport, **links: str | None) -> CheckReport:
-    return check if isinstance(check, CheckReport) else build_report(check, **links)
+def _report(check: Any, **options: Any) -> CheckReport:
+    return check if isinstance(check, CheckReport) else build_report(check, **options)
 
 
 def render_markdown(
-    check: Check,
+    check: Check | Any,
     *,
     max_chars: int = MARKDOWN_BUDGET,
     marker: str = MARKER,
     site_url: str | None = None,
     report_url: str | None = None,
+    store: Any = None,
 ) -> str:
     """GitHub-flavoured Markdown for the job summary and the sticky PR comment.
 
@@ -272,7 +308,7 @@ def render_markdown(
     """
     if not (marker.startswith("<!--") and marker.endswith("-->") and "-->" not in marker[4:-3]):
         raise ValueError(f"marker must be one HTML comment, got {marker!r}")
-    report = _report(check, site_url=site_url, report_url=report_url)
+    report = _report(check, site_url=site_url, report_url=report_url, store=store)
     template = environment().get_template("check/report.md")
 
     def render(limit: int | None) -> str:
@@ -307,9 +343,9 @@ def _hard_cut(text: str, max_chars: int) -> str:
     return cut + note
 
 
-def render_html(check: Check, *, site_url: str | None = None) -> str:
+def render_html(check: Check | Any, *, site_url: str | None = None, store: Any = None) -> str:
     """A single self-contained HTML page (inline CSS and JS, nothing fetched)."""
-    report = _report(check, site_url=site_url)
+    report = _report(check, site_url=site_url, store=store)
     css, js = static_text("perfguard.css"), static_text("perfguard.js")
     return (
         environment()
@@ -326,9 +362,9 @@ def render_html(check: Check, *, site_url: str | None = None) -> str:
     )
 
 
-def check_to_json(check: Check) -> dict[str, Any]:
+def check_to_json(check: Check | Any, *, store: Any = None) -> dict[str, Any]:
     """The report's data as plain JSON types; the schema is documented in ``docs/reports.md``."""
-    report = _report(check)
+    report = _report(check, store=store)
     c = report.check
 
     def commit(view: CommitView) -> dict[str, Any]:
