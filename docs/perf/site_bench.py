@@ -55,19 +55,29 @@ def base_value(impl: str, n: int, metric: str, k: int) -> float:
     return (2e-11 * n * n if quadratic else 5e-8 * n) * (1 + 0.7 * k) + 1e-4
 
 
+def series_keys(n_series: int) -> list[tuple[str, str, str, str, int]]:
+    per_machine = n_series // len(MACHINES)
+    return [(b, m, u, impl, n) for b, m, u in BENCHMARKS for impl in IMPLS for n in SEQ_LENS][:per_machine]
+
+
+def planted_steps(n_commits: int, n_series: int, seed: int = 0) -> list[tuple[int, int, float]]:
+    """(series index, first commit of the new level, factor); the same on both machines."""
+    rng = random.Random(seed)
+    n_keys = len(series_keys(n_series))
+    return [
+        (rng.randrange(n_keys), rng.randrange(n_commits // 4, n_commits), rng.choice((1.3, 0.8)))
+        for _ in range(6)
+    ]
+
+
 def build_store(path: Path, n_commits: int, n_series: int, seed: int = 0) -> None:
     """A history of ``n_commits`` x ``n_series`` results with samples, written in bulk."""
-    rng = random.Random(seed)
+    rng = random.Random(seed + 1)
     engine = create_engine(f"sqlite:///{path}")
     Base.metadata.create_all(engine)
     t0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
-    per_machine = n_series // len(MACHINES)
-    keys = [(b, m, u, impl, n) for b, m, u in BENCHMARKS for impl in IMPLS for n in SEQ_LENS][:per_machine]
-    # A few planted steps per machine: (series index, commit index, factor).
-    steps = [
-        (rng.randrange(len(keys)), rng.randrange(n_commits // 4, n_commits), rng.choice((1.3, 0.8)))
-        for _ in range(6)
-    ]
+    keys = series_keys(n_series)
+    steps = planted_steps(n_commits, n_series, seed)
     with Session(engine) as session, session.begin():
         machines = [
             Machine(key=k, kind="cuda", label=lbl, attributes={}, first_seen=t0) for k, lbl in MACHINES
@@ -188,6 +198,20 @@ def main() -> None:
     summary = build_site(f"sqlite:///{db}", out, workers=args.workers)
     cpu = _cpu_seconds() - cpu_before
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # Did the step marks find the planted steps, and nothing else?
+    keys = series_keys(args.series)
+    planted = {
+        (bench, f"dtype=bfloat16,impl={impl},seq_len={n}", f"{at:08x}")
+        for s, at, _ in planted_steps(args.commits, args.series)
+        for bench, _, _, impl, n in [keys[s]]
+    }
+    doc = json.loads((out / "data" / "history.json").read_text(encoding="utf-8"))
+    found = [
+        (s["benchmark"], s["params_key"], m["sha"][:8])
+        for s in doc["series"]
+        for m in s["marks"]
+        if m["source"] == "step"
+    ]
     record = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{_cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}",
@@ -201,6 +225,9 @@ def main() -> None:
         "index_bytes": summary.index_bytes,
         "total_bytes": summary.total_bytes,
         "step_marks": summary.step_marks,
+        "planted_steps": len(planted) * len(MACHINES),
+        "planted_steps_found": sum(1 for f in found if f in planted),
+        "step_marks_not_planted": sum(1 for f in found if f not in planted),
         "peak_rss_mib": round(peak_rss),
         "out": str(out),
     }
