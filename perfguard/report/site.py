@@ -173,6 +173,7 @@ def build_site(
     )
     write("regressions.html", "site/regressions.html", page="regressions", marks=_recent_marks(series, slugs))
     _write_data(out, machines, series)
+    (out / ".nojekyll").write_text("", encoding="utf-8")  # GitHub Pages: serve the files as they are
     (out / SITE_MARKER).write_text(
         "written by perfguard report; safe to delete with the site\n", encoding="utf-8"
     )
