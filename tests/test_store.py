@@ -421,6 +421,8 @@ def test_duplicate_results_and_bad_run_fields_are_refused(store: Store) -> None:
         record(store, purpose="nightly")
     with pytest.raises(StoreError, match="at least one result"):
         record(store, results=[])
+    with pytest.raises(StoreError, match="parents must be a list"):
+        store.get_or_create_commit(sha(1), sha(1), False, "main", sha(0), "", None, T0)
     with pytest.raises(StoreError, match="clean commit sha"):
         record(store, commit=CommitRecord(sha="abc", base_sha=sha(1), committed_at=T0))
     with pytest.raises(StoreError, match="before started_at"):
@@ -438,7 +440,7 @@ def test_an_exception_while_writing_results_leaves_nothing_behind(
 
     def fail_once_results_are_sent(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         sent.append(statement.split("(")[0].strip())
-        if statement.startswith("INSERT INTO results"):
+        if statement.startswith("INSERT INTO result_data"):
             raise exception
 
     event.listen(store.engine, "after_cursor_execute", fail_once_results_are_sent)
@@ -449,9 +451,9 @@ def test_an_exception_while_writing_results_leaves_nothing_behind(
             record(store, CPU, n=3, results=many)
     finally:
         event.remove(store.engine, "after_cursor_execute", fail_once_results_are_sent)
-    # the machine, the commit, the run and every result had been sent to the database
-    for table in ("INSERT INTO machines", "INSERT INTO commits", "INSERT INTO runs", "INSERT INTO results"):
-        assert table in sent
+    # the machine, the commit, the run and every result (with its samples) had been sent
+    for table in ("machines", "commits", "runs", "results", "result_data"):
+        assert f"INSERT INTO {table}" in sent
     assert snapshot(store) == before
     record(store, CPU, n=3, results=many)  # and the store still works
     assert len(store.results_for(CPU.key, sha(3), "quick")) == 300

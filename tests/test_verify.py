@@ -128,6 +128,16 @@ def test_own_pattern_implementations_skip_same_fn_but_still_get_a_sane_pattern_c
     assert "lets query 0 see later key 1" in leaky.checks["pattern"].detail
 
 
+def test_a_block_sparse_module_that_ignores_its_sparsity_fails_the_pattern_check() -> None:
+    row = _row("sparsity_ignored")
+    assert row.checks["pattern"].status == "fail" and row.checks["reference"].status == "pass"
+    # 91 tokens in blocks of 8: 12x12 pairs; sparsity 0.9 -> about 14 active, the window has 34
+    assert row.checks["pattern"].detail == (
+        "declares sparsity 0.9 (about 14 of 12x12 block pairs of 8 active) but its pattern has 34 active "
+        "(0.764 skipped) (longnet, non-causal); 1 more case(s) failed"
+    )
+
+
 # --------------------------------------------------------------------------- isolation, determinism
 
 
@@ -319,3 +329,29 @@ def test_return_contract() -> None:
     assert probes.unwrap(t, multihead=False) == (t, None)
     message = probes.unwrap((t, None), multihead=False)[1]
     assert message == "returned a tuple of 2; core modules return a Tensor"
+
+
+# --------------------------------------------------------------------------- CUDA (skipped without a GPU)
+
+
+@pytest.mark.cuda
+def test_cuda_rows_pin_tf32_off_and_catch_a_broken_ring() -> None:
+    report = run_verify(
+        doubles.ALL,
+        impls=["good_core", "good_multihead", "broken_ring_no_lse"],
+        device="cuda",
+        dtypes=["bfloat16", "float32"],
+    )
+    rows = {(r.impl, r.dtype): r for r in report.rows}
+    assert {r.device for r in report.rows} == {"cuda"} and len(rows) == 6
+    for impl in ("good_core", "good_multihead"):
+        for dtype in ("bfloat16", "float32"):
+            row = rows[(impl, dtype)]
+            assert row.passed, (impl, dtype, row.to_json()["failures"])
+            assert row.config["seq_len"] == REGISTRY["dilated"].gpu.shape.seq_len
+    assert rows[("good_core", "float32")].tolerance == 1e-3
+    assert rows[("good_core", "bfloat16")].tolerance == 2e-2
+    assert rows[("broken_ring_no_lse", "bfloat16")].checks["reference"].status == "fail"
+    assert report.settings["cuda_matmul_allow_tf32"] is False
+    assert report.settings["cudnn_allow_tf32"] is False
+    assert report.environment["gpu"]

@@ -372,6 +372,22 @@ class BlockPatternSneakCore(LyingPatternCore):
         return _block_local_pattern(seq_len, num_heads or self.num_heads or 1, self.block_size, is_causal)
 
 
+class SparsityIgnoredCore(LyingPatternCore):
+    """§4.6: says ``sparsity=0.9`` but always uses a 3-block local window, whatever the sparsity.
+
+    Declared honestly and computed exactly: only the budget is ignored.
+    """
+
+    def __init__(self, *, sparsity: float = 0.9, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.sparsity = sparsity
+
+    def attention_pattern(
+        self, seq_len: int, is_causal: bool = False, *, num_heads: int | None = None
+    ) -> torch.Tensor:
+        return _block_local_pattern(seq_len, num_heads or self.num_heads or 1, self.block_size, is_causal)
+
+
 class CrashingCore(GoodCore):
     """Its constructor raises (like upstream's factory entries that crash with a TypeError)."""
 
@@ -460,6 +476,7 @@ MORE = {
     for s in (
         _spec("lying_pattern", LyingPatternCore, same_function_as="dilated"),
         _spec("block_pattern_sneak", BlockPatternSneakCore, same_function_as="dilated"),
+        _spec("sparsity_ignored", SparsityIgnoredCore),
         _spec("crashing", CrashingCore),
         _spec("causal_crash", CausalCrashCore, same_function_as="dilated"),
         _spec("jitter", JitterCore, same_function_as="dilated"),

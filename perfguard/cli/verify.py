@@ -66,6 +66,7 @@ def verify(
     from perfguard.verify import merged_registry, run_verify
     from perfguard.verify.numerics import dtype_name
     from perfguard.verify.render import render
+    from perfguard.verify.runner import PlannedRow
 
     if seq_len is not None and seq_len < 1:
         raise UsageError(f"--seq-len must be a positive integer, got {seq_len}")
@@ -83,7 +84,7 @@ def verify(
     )
     task = progress.add_task("", total=None)
 
-    def on_row(planned, index, total):  # type: ignore[no-untyped-def]
+    def on_row(planned: PlannedRow, index: int, total: int) -> None:
         label = f"{planned.spec.name} [{planned.device} {dtype_name(planned.dtype)}]"
         progress.update(task, description=label, completed=index, total=total)
 

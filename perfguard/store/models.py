@@ -2,7 +2,8 @@
 
 One row per machine *class* (the baseline key: GPU name x count, or CPU model), per commit, per
 run (one asv invocation on one commit on one machine, written in one transaction), per result
-(benchmark x params of a run, with its raw samples), per check and per check item (one verdict).
+(benchmark x params of a run; its raw samples in ``result_data``), per check and per check item
+(one verdict).
 Software versions and the full fingerprint are stored with every run, not in the key, so a
 comparison across different software can say so.  The schema is versioned by Alembic
 (``perfguard/migrations``); change a model only together with a new migration.
@@ -139,34 +140,53 @@ class Run(Base):
 
 
 class Result(Base):
-    """One benchmark x params of a run: the median, the raw samples and how they were taken."""
+    """One benchmark x params of a run: the median and how it was measured (samples: ResultData)."""
 
     __tablename__ = "results"
-    __table_args__ = (UniqueConstraint("run_id", "benchmark", "params_key"),)
+    __table_args__ = (
+        UniqueConstraint("run_id", "benchmark", "params_key"),
+        Index(None, "benchmark", "params_key"),  # one series; its prefix serves a benchmark filter
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     # No index of its own: the unique constraint (run_id, benchmark, params_key) serves lookups by run.
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    benchmark: Mapped[str] = mapped_column(String(255), index=True)  # asv name
+    benchmark: Mapped[str] = mapped_column(String(255))  # asv name
     impl: Mapped[str] = mapped_column(String(128), index=True)
-    params: Mapped[dict[str, Any]]
     params_key: Mapped[str] = mapped_column(String(512))  # canonical "k=v,k=v" (sorted)
+    params: Mapped[dict[str, Any]]
     metric: Mapped[str] = mapped_column(String(32))  # time | memory | throughput | efficiency
     unit: Mapped[str] = mapped_column(String(32))  # seconds | bytes | tokens/s | TFLOP/s
     direction: Mapped[str] = mapped_column(String(8))  # lower | higher (is better)
     gated: Mapped[bool] = mapped_column(Boolean)
     status: Mapped[str] = mapped_column(String(16))  # ok | failed | skipped
     value: Mapped[float | None] = mapped_column(Float)
-    samples: Mapped[list[float] | None]
     n_samples: Mapped[int] = mapped_column(Integer, default=0)
     q25: Mapped[float | None] = mapped_column(Float)
     q75: Mapped[float | None] = mapped_column(Float)
     method: Mapped[str | None] = mapped_column(String(32))  # cuda-graph | cuda-events | cpu-wall
-    info: Mapped[dict[str, Any]]
-    error: Mapped[str | None] = mapped_column(Text)
     benchmark_version: Mapped[str | None] = mapped_column(String(128))
+    error: Mapped[str | None] = mapped_column(Text)
 
     run: Mapped[Run] = relationship(back_populates="results")
+    data: Mapped[ResultData] = relationship(back_populates="result", cascade="all, delete-orphan")
+
+
+class ResultData(Base):
+    """The bulky part of a result, kept out of ``results``: its raw samples and timing details.
+
+    A result row is ~200 bytes without them and 1-3 KB with them; the history (every result of
+    every commit, never the samples) scans ``results`` only, ten times fewer pages.  Compare reads
+    both in one join.
+    """
+
+    __tablename__ = "result_data"
+
+    result_id: Mapped[int] = mapped_column(ForeignKey("results.id", ondelete="CASCADE"), primary_key=True)
+    samples: Mapped[list[float] | None]
+    info: Mapped[dict[str, Any]]  # eager median, warm-up, NVML readings per round, settings
+
+    result: Mapped[Result] = relationship(back_populates="data")
 
 
 class Check(Base):

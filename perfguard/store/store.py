@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, joinedload, selectinload
 from perfguard.errors import StoreError
 from perfguard.store import history, schema
 from perfguard.store.engine import WRITE_OPTION, create, explain
-from perfguard.store.models import Check, CheckItem, Commit, Machine, Result, Run
+from perfguard.store.models import Check, CheckItem, Commit, Machine, Result, ResultData, Run
 from perfguard.store.records import (
     MEASUREMENT_PURPOSES,
     PURPOSES,
@@ -47,6 +47,7 @@ from perfguard.store.url import StoreURL, resolve
 ResultsByKey = dict[tuple[str, str], list[StoredResult]]
 """Results grouped by ``(benchmark, params_key)``; each list holds one entry per run (round), oldest first."""
 
+# ResultRecord fields stored in ``results`` (n_samples is derived) and in ``result_data``.
 _RESULT_FIELDS = (
     "benchmark",
     "impl",
@@ -58,15 +59,14 @@ _RESULT_FIELDS = (
     "gated",
     "status",
     "value",
-    "samples",
     "n_samples",
     "q25",
     "q75",
     "method",
-    "info",
     "error",
     "benchmark_version",
 )
+_RESULT_DATA_FIELDS = ("samples", "info")
 _CHECK_ITEM_FIELDS = (
     "benchmark",
     "impl",
@@ -107,7 +107,7 @@ class Store:
         self._engine = engine
         self._url = store_url
         self.schema_state = schema_state
-        # The revision the database had before open() upgraded it (None: it was empty or not upgraded).
+        # The revision open() found the database at (None: it was empty, or migrate=False).
         self.migrated_from = migrated_from
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -188,7 +188,7 @@ class Store:
             base_sha=base_sha,
             dirty=dirty,
             branch=branch,
-            parents=tuple(parents),
+            parents=parents,
             subject=subject,
             author=author,
             committed_at=committed_at,
@@ -278,9 +278,16 @@ class Store:
             )
             session.add(run)
             session.flush()
-            session.execute(
-                insert(Result),
+            ids = session.scalars(
+                insert(Result).returning(Result.id, sort_by_parameter_order=True),
                 [{"run_id": run.id, **_result_values(record)} for record in results],
+            ).all()
+            session.execute(
+                insert(ResultData),
+                [
+                    {"result_id": result_id, "samples": record.samples, "info": dict(record.info)}
+                    for result_id, record in zip(ids, results, strict=True)
+                ],
             )
             return StoredRun(
                 id=run.id,
@@ -328,6 +335,7 @@ class Store:
         stmt = (
             select(
                 *(getattr(Result, name) for name in _RESULT_FIELDS),
+                *(getattr(ResultData, name) for name in _RESULT_DATA_FIELDS),
                 Result.id,
                 Result.run_id,
                 Run.round,
@@ -337,13 +345,15 @@ class Store:
             .join_from(Result, Run, Result.run_id == Run.id)
             .join(Commit, Run.commit_id == Commit.id)
             .join(Machine, Run.machine_id == Machine.id)
+            .join(ResultData, ResultData.result_id == Result.id)
             .where(*_run_filter(machine_key, sha, profile, purposes))
             .order_by(Result.benchmark, Result.params_key, Run.started_at, Run.id)
         )
         grouped: ResultsByKey = {}
         with self._reading("reading results from") as session:
-            for row in session.execute(stmt).mappings():
-                values = {name: row[name] for name in _RESULT_FIELDS if name != "n_samples"}
+            for row in session.connection().execute(stmt).mappings():
+                values = {name: row[name] for name in (*_RESULT_FIELDS, *_RESULT_DATA_FIELDS)}
+                del values["n_samples"]  # derived from the samples
                 stored = StoredResult(
                     **values,
                     id=row["id"],
@@ -597,7 +607,6 @@ def _run_filter(machine_key: str, sha: str, profile: str, purposes: Sequence[str
 def _result_values(record: ResultRecord) -> dict[str, Any]:
     values = {name: getattr(record, name) for name in _RESULT_FIELDS}
     values["params"] = dict(record.params)
-    values["info"] = dict(record.info)
     return values
 
 

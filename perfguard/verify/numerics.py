@@ -50,6 +50,7 @@ def numerics_settings() -> dict[str, Any]:
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "default_dtype": dtype_name(torch.get_default_dtype()),
+        "cpu_intra_op_threads": torch.get_num_threads(),
     }
     if torch.cuda.is_available():
         settings["cuda_matmul_allow_tf32"] = torch.backends.cuda.matmul.allow_tf32
@@ -64,12 +65,41 @@ def numerics_settings() -> dict[str, Any]:
 
 
 def pin_numerics() -> None:
-    """TF32 off, float32 matmuls at full precision, float32 default dtype."""
+    """TF32 off, float32 matmuls at full precision, float32 default dtype, one CPU thread.
+
+    One intra-op thread: the CPU configurations are tiny (n = 91), so a second thread buys
+    nothing, and on a busy 2-core runner OpenMP's spin-waiting made the default matrix 5× slower
+    (docs/perf/verify.md).  Numbers do not depend on it beyond rounding.
+    """
+    torch.set_num_threads(1)
     torch.set_float32_matmul_precision("highest")
     torch.set_default_dtype(torch.float32)
     if torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+
+
+@contextmanager
+def restored_global_settings() -> Iterator[None]:
+    """Put back the caller's settings after a whole verify run (tests and library users)."""
+    threads, precision, default = (
+        torch.get_num_threads(),
+        torch.get_float32_matmul_precision(),
+        torch.get_default_dtype(),
+    )
+    tf32 = (
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        if torch.cuda.is_available()
+        else None
+    )
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_float32_matmul_precision(precision)
+        torch.set_default_dtype(default)
+        if tf32 is not None:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
 
 
 @contextmanager

@@ -49,16 +49,21 @@ def _short_path(filename: str) -> str:
 # --------------------------------------------------------------------------- the module's pattern
 
 
+def core_of(module: torch.nn.Module, multihead: bool) -> torch.nn.Module:
+    """The core attention module: the module itself, or a multihead module's ``attention``."""
+    if not multihead:
+        return module
+    core = getattr(module, "attention", None)
+    if not isinstance(core, torch.nn.Module):
+        raise AttributeError("multihead module has no `attention` core module (docs/design.md contract)")
+    return core
+
+
 def declared_pattern(
     module: torch.nn.Module, multihead: bool, seq_len: int, num_heads: int, causal: bool
 ) -> Any:
     """What the implementation says it computes: its core's ``attention_pattern``."""
-    core = module
-    if multihead:
-        core = getattr(module, "attention", None)
-        if core is None:
-            raise AttributeError("multihead module has no `attention` core module (docs/design.md contract)")
-    return core.attention_pattern(seq_len, is_causal=causal, num_heads=num_heads)
+    return core_of(module, multihead).attention_pattern(seq_len, is_causal=causal, num_heads=num_heads)
 
 
 def pattern_problem(pattern: Any, num_heads: int, seq_len: int, causal: bool) -> str | None:
@@ -85,6 +90,34 @@ def pattern_problem(pattern: Any, num_heads: int, seq_len: int, causal: bool) ->
                 f"{int(leak.sum())} such pairs"
             )
     return None
+
+
+def sparsity_problem(core: torch.nn.Module, pattern: torch.Tensor) -> str | None:
+    """A block-sparse core's pattern must show its ``sparsity`` (DESIGN.md; non-causal patterns).
+
+    ``sparsity`` is the fraction of the nb² (query block, key block) pairs skipped, so about
+    ``round((1 − sparsity)·nb²)`` pairs are active (±1 for rounding); the diagonal is the floor
+    (every query needs its own block).  Upstream's block-sparse class ignored its sparsity
+    entirely (research/dilated_attention.md §4.6): this is the check for that.
+    """
+    sparsity, block = getattr(core, "sparsity", None), getattr(core, "block_size", None)
+    if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)):
+        return None
+    if isinstance(block, bool) or not isinstance(block, int) or block <= 0:
+        return None
+    seen = (pattern != 0).any(dim=0)
+    n = seen.shape[-1]
+    nb = -(-n // block)
+    padded = torch.zeros(nb * block, nb * block, dtype=torch.bool, device=seen.device)
+    padded[:n, :n] = seen
+    active = int(padded.view(nb, block, nb, block).any(dim=3).any(dim=1).sum().item())
+    expected = max(nb, round((1.0 - sparsity) * nb * nb))
+    if abs(active - expected) <= 1:
+        return None
+    return (
+        f"declares sparsity {sparsity:g} (about {expected} of {nb}x{nb} block pairs of {block} active) "
+        f"but its pattern has {active} active ({1 - active / nb**2:.3f} skipped)"
+    )
 
 
 def pattern_density(pattern: torch.Tensor) -> float:

@@ -18,6 +18,7 @@ as "not run", and the other cases and implementations carry on.
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,7 +33,15 @@ from attention.registry import ImplConfig, ImplSpec
 from perfguard import __version__
 from perfguard.errors import UsageError
 from perfguard.verify import probes
-from perfguard.verify.numerics import DTYPES, dtype_name, numerics_settings, pinned_numerics, tolerance
+from perfguard.verify.numerics import (
+    DTYPES,
+    dtype_name,
+    numerics_settings,
+    pin_numerics,
+    pinned_numerics,
+    restored_global_settings,
+    tolerance,
+)
 from perfguard.verify.results import CHECKS, RowResult, VerifyReport
 
 #: implementations whose pattern *is* the semantics of attention.pattern (the roots of "same function")
@@ -113,7 +122,7 @@ def plan(
         wanted = [DTYPES[d] for d in (dtypes or DEFAULT_DTYPES[dev])]
         per_device[dev] = [dt for dt in wanted if dt in anywhere]
         missing = [dt for dt in wanted if dt not in anywhere]
-        if missing and (device != "auto" or not dtypes):
+        if missing and dtypes and device != "auto":  # asked for explicitly: say so, never drop silently
             names = ", ".join(dtype_name(d) for d in missing)
             known = ", ".join(dtype_name(d) for d in DTYPES.values() if d in anywhere) or "none"
             raise UsageError(
@@ -163,14 +172,17 @@ def run_verify(
     started = time.perf_counter()
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     results = []
-    for i, planned in enumerate(rows):
-        if progress is not None:
-            progress(planned, i, len(rows))
-        results.append(verify_row(registry, planned, seq_len=seq_len, seed=seed))
+    with restored_global_settings():
+        pin_numerics()
+        settings = numerics_settings()
+        for i, planned in enumerate(rows):
+            if progress is not None:
+                progress(planned, i, len(rows))
+            results.append(verify_row(registry, planned, seq_len=seq_len, seed=seed))
     return VerifyReport(
         rows=results,
         seed=seed,
-        settings=numerics_settings(),
+        settings=settings,
         environment=_environment(sorted({r.device for r in rows})),
         created=created,
         seconds=time.perf_counter() - started,
@@ -208,7 +220,7 @@ def verify_row(
     causals = (False, True) if spec.supports_causal else (False,)
     if not spec.supports_causal:
         row.notes.append("causal cases not run: the registry says this implementation has no causal mode")
-    with pinned_numerics(row.notes):
+    with restored_global_settings(), pinned_numerics(row.notes):
         for mode in spec.modes:
             try:
                 torch.manual_seed(seed)
@@ -331,7 +343,14 @@ class _CaseRun:
                 self.block(["same_fn"], "no usable declared pattern")
             return None
         assert isinstance(pattern, torch.Tensor)
-        self.record("pattern", None, detail=f"density {probes.pattern_density(pattern):.3f}")
+        # a pattern that ignores the declared sparsity fails the check but is still a usable count
+        # tensor: the reference of what the module says it computes can still be compared
+        budget = (
+            None
+            if causal
+            else probes.sparsity_problem(probes.core_of(self.module, self.spec.multihead), pattern)
+        )
+        self.record("pattern", budget, detail=f"density {probes.pattern_density(pattern):.3f}")
         if self.root is not None:
             try:
                 expected, what = self._expected_pattern(pattern.device)
@@ -514,7 +533,7 @@ def _environment(devices: list[str]) -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu": _cpu_model(),
-        "cpu_threads": torch.get_num_threads(),
+        "cpu_cores": os.cpu_count(),
         "devices": devices,
     }
     if "cuda" in devices:

@@ -1,8 +1,8 @@
-"""Initial schema: machines, commits, runs, results, checks, check_items.
+"""Initial schema: machines, commits, runs, results, result_data, checks, check_items.
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 01:16:09.051853
+Create Date: 2026-11-22 01:52:50.631232
 """
 
 from __future__ import annotations
@@ -142,22 +142,20 @@ def upgrade() -> None:
         sa.Column("run_id", sa.Integer(), nullable=False),
         sa.Column("benchmark", sa.String(length=255), nullable=False),
         sa.Column("impl", sa.String(length=128), nullable=False),
-        sa.Column("params", sa.JSON(), nullable=False),
         sa.Column("params_key", sa.String(length=512), nullable=False),
+        sa.Column("params", sa.JSON(), nullable=False),
         sa.Column("metric", sa.String(length=32), nullable=False),
         sa.Column("unit", sa.String(length=32), nullable=False),
         sa.Column("direction", sa.String(length=8), nullable=False),
         sa.Column("gated", sa.Boolean(), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("value", sa.Float(), nullable=True),
-        sa.Column("samples", sa.JSON(), nullable=True),
         sa.Column("n_samples", sa.Integer(), nullable=False),
         sa.Column("q25", sa.Float(), nullable=True),
         sa.Column("q75", sa.Float(), nullable=True),
         sa.Column("method", sa.String(length=32), nullable=True),
-        sa.Column("info", sa.JSON(), nullable=False),
-        sa.Column("error", sa.Text(), nullable=True),
         sa.Column("benchmark_version", sa.String(length=128), nullable=True),
+        sa.Column("error", sa.Text(), nullable=True),
         sa.ForeignKeyConstraint(
             ["run_id"], ["runs.id"], name=op.f("fk_results_run_id_runs"), ondelete="CASCADE"
         ),
@@ -167,14 +165,28 @@ def upgrade() -> None:
         ),
     )
     with op.batch_alter_table("results", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_results_benchmark"), ["benchmark"], unique=False)
+        batch_op.create_index(
+            batch_op.f("ix_results_benchmark_params_key"), ["benchmark", "params_key"], unique=False
+        )
         batch_op.create_index(batch_op.f("ix_results_impl"), ["impl"], unique=False)
+
+    op.create_table(
+        "result_data",
+        sa.Column("result_id", sa.Integer(), nullable=False),
+        sa.Column("samples", sa.JSON(), nullable=True),
+        sa.Column("info", sa.JSON(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["result_id"], ["results.id"], name=op.f("fk_result_data_result_id_results"), ondelete="CASCADE"
+        ),
+        sa.PrimaryKeyConstraint("result_id", name=op.f("pk_result_data")),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("result_data")
     with op.batch_alter_table("results", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_results_impl"))
-        batch_op.drop_index(batch_op.f("ix_results_benchmark"))
+        batch_op.drop_index(batch_op.f("ix_results_benchmark_params_key"))
 
     op.drop_table("results")
     with op.batch_alter_table("check_items", schema=None) as batch_op:
