@@ -1,4 +1,4 @@
-"""A real SQLite history store for the report tests, written through the real models.
+"""A real SQLite history store for the report tests, written through ``perfguard.store.Store``.
 
 The history: 12 commits of ``main`` measured on two machines (an H100 and a CPU), three
 implementations over three sequence lengths, time on both machines and peak memory on the GPU,
@@ -21,10 +21,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine
-from sqlalchemy.orm import Session
-
-from perfguard.store.models import Base, Check, CheckItem, Commit, Machine, Result, Run
+from perfguard.store import CheckItemRecord, CommitRecord, MachineRecord, ResultRecord, Store
 
 XSS = "<script>alert(1)</script>"
 FORWARD = "bench_attention.Forward.track_time"
@@ -37,7 +34,10 @@ T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 
 
 def params_key(params: dict[str, Any]) -> str:
-    return ",".join(f"{k}={params[k]}" for k in sorted(params))
+    """The store's canonical key (``perfguard.store.params_key``)."""
+    from perfguard.store import params_key as key
+
+    return key(params)
 
 
 def forward_time(impl: str, n: int, gpu: bool) -> float:
@@ -75,7 +75,6 @@ def _samples(rng: random.Random, value: float, n: int = 10) -> list[float]:
 
 
 def _result(
-    run: Run,
     benchmark: str,
     impl: str,
     n: int,
@@ -83,30 +82,21 @@ def _result(
     unit: str,
     rng: random.Random,
     *,
+    gpu: bool,
     status: str = "ok",
     metric: str = "time",
-) -> Result:
-    params = {"impl": impl, "seq_len": n, "dtype": "float32"}
-    samples = _samples(rng, value) if value is not None else None
-    ordered = sorted(samples) if samples else None
-    return Result(
-        run=run,
+) -> ResultRecord:
+    return ResultRecord(
         benchmark=benchmark,
         impl=impl,
-        params=params,
-        params_key=params_key(params),
+        params={"impl": impl, "seq_len": n, "dtype": "float32"},
         metric=metric,
         unit=unit,
         direction="lower",
         gated=True,
         status=status,
-        value=value,
-        samples=samples,
-        n_samples=len(samples or []),
-        q25=ordered[2] if ordered else None,
-        q75=ordered[7] if ordered else None,
-        method="cuda-graph" if "cuda" in run.machine.kind else "cpu-wall",
-        info={},
+        samples=_samples(rng, value) if value is not None else None,
+        method="cuda-graph" if gpu else "cpu-wall",
         error=None if status == "ok" else "RuntimeError: out of memory",
     )
 
@@ -114,55 +104,71 @@ def _result(
 def build_history_store(path: Path) -> HistoryFacts:
     """Write the store described in the module docstring into a new SQLite file at ``path``."""
     url = f"sqlite:///{path}"
-    engine = create_engine(url)
-    Base.metadata.create_all(engine)
     facts = HistoryFacts(path=path, url=url)
     rng = random.Random(1234)
-    with Session(engine) as session, session.begin():
-        gpu = Machine(
-            key=facts.gpu_key,
-            kind="cuda",
-            label=facts.gpu_label,
-            attributes={"gpu": "NVIDIA H100 80GB HBM3", "count": 1},
-            first_seen=T0,
-        )
-        cpu = Machine(
-            key=facts.cpu_key,
-            kind="cpu",
-            label=facts.cpu_label,
-            attributes={"cpu": "AMD EPYC 7B13"},
-            first_seen=T0,
-        )
-        session.add_all([gpu, cpu])
-        commits = []
-        for i in range(N_COMMITS):
-            sha = f"{i + 1:02x}" + "c0ffee" * 6 + f"{i:02x}"
-            subject = f"commit {i}" if i != 5 else 'tidy <img src=x onerror="alert(2)"> & friends'
-            commit = Commit(
+    gpu = MachineRecord(key=facts.gpu_key, kind="cuda", label=facts.gpu_label, attributes={"count": 1})
+    cpu = MachineRecord(key=facts.cpu_key, kind="cpu", label=facts.cpu_label, attributes={})
+    commits = []
+    for i in range(N_COMMITS):
+        sha = f"{i + 1:02x}" + "c0ffee" * 6 + f"{i:02x}"
+        commits.append(
+            CommitRecord(
                 sha=sha,
                 base_sha=sha,
-                dirty=False,
                 branch="main",
                 parents=[commits[-1].sha] if commits else [],
-                subject=subject,
+                subject=f"commit {i}" if i != 5 else 'tidy <img src=x onerror="alert(2)"> & friends',
                 author="dev",
                 committed_at=T0 + timedelta(days=i),
             )
-            commits.append(commit)
-            facts.shas.append(sha)
-        session.add_all(commits)
-        runs: dict[tuple[str, int], Run] = {}
+        )
+        facts.shas.append(sha)
+    with Store.open(url) as store:
         for i, commit in enumerate(commits):
             for machine in (gpu, cpu):
                 is_gpu = machine is gpu
-                torch_version = "2.13.0" if i < 10 else "2.13.1"
-                run = Run(
-                    machine=machine,
-                    commit=commit,
+                results = []
+                for impl in IMPLS:
+                    for n in SEQ_LENS:
+                        value = forward_time(impl, n, is_gpu)
+                        if is_gpu and impl == "ring" and n == 1024 and i >= REGRESSED_AT:
+                            value *= 1.5
+                        failed = (not is_gpu) and impl == "improved" and n == 4096 and i == 3
+                        results.append(
+                            _result(
+                                FORWARD,
+                                impl,
+                                n,
+                                None if failed else value,
+                                "seconds",
+                                rng,
+                                gpu=is_gpu,
+                                status="failed" if failed else "ok",
+                            )
+                        )
+                        if is_gpu:
+                            results.append(
+                                _result(
+                                    MEMORY,
+                                    impl,
+                                    n,
+                                    peak_memory(impl, n),
+                                    "bytes",
+                                    rng,
+                                    gpu=True,
+                                    metric="memory",
+                                )
+                            )
+                results.append(
+                    _result(XSS, "dilated", 1024, 0.002 if is_gpu else 0.2, "seconds", rng, gpu=is_gpu)
+                )
+                store.record_run(
+                    machine,
+                    commit,
                     profile="quick",
                     purpose="run",
                     software={
-                        "torch": torch_version,
+                        "torch": "2.13.0" if i < 10 else "2.13.1",
                         "cuda": "12.8" if is_gpu else None,
                         "driver": "570.86" if is_gpu else None,
                         "python": "3.11.9",
@@ -172,48 +178,20 @@ def build_history_store(path: Path) -> HistoryFacts:
                     command="perfguard run",
                     started_at=T0 + timedelta(days=i, hours=1),
                     finished_at=T0 + timedelta(days=i, hours=2),
+                    results=results,
                 )
-                session.add(run)
-                runs[(machine.key, i)] = run
-                for impl in IMPLS:
-                    for n in SEQ_LENS:
-                        value = forward_time(impl, n, is_gpu)
-                        if is_gpu and impl == "ring" and n == 1024 and i >= REGRESSED_AT:
-                            value *= 1.5
-                        failed = (not is_gpu) and impl == "improved" and n == 4096 and i == 3
-                        session.add(
-                            _result(
-                                run,
-                                FORWARD,
-                                impl,
-                                n,
-                                None if failed else value,
-                                "seconds",
-                                rng,
-                                status="failed" if failed else "ok",
-                            )
-                        )
-                        if is_gpu:
-                            session.add(
-                                _result(
-                                    run, MEMORY, impl, n, peak_memory(impl, n), "bytes", rng, metric="memory"
-                                )
-                            )
-                session.add(_result(run, XSS, "dilated", 1024, 0.002 if is_gpu else 0.2, "seconds", rng))
         # A PR head and a dirty work tree: stored, never history.
-        pr = Commit(
+        pr = CommitRecord(
             sha="ffff" + "0" * 36,
             base_sha="ffff" + "0" * 36,
-            dirty=False,
             branch="feature",
             parents=[commits[-1].sha],
             subject="PR head",
             author="dev",
             committed_at=T0 + timedelta(days=N_COMMITS),
         )
-        dirty_sha = commits[-1].sha + "+dirty.0123456789ab"
-        dirty = Commit(
-            sha=dirty_sha,
+        dirty = CommitRecord(
+            sha=commits[-1].sha + "+dirty.0123456789ab",
             base_sha=commits[-1].sha,
             dirty=True,
             branch="main",
@@ -222,27 +200,53 @@ def build_history_store(path: Path) -> HistoryFacts:
             author="dev",
             committed_at=T0 + timedelta(days=N_COMMITS, hours=3),
         )
-        facts.pr_sha, facts.dirty_sha = pr.sha, dirty_sha
+        facts.pr_sha, facts.dirty_sha = pr.sha, dirty.sha
         for commit, purpose in ((pr, "head"), (dirty, "run")):
-            run = Run(
-                machine=gpu,
-                commit=commit,
+            store.record_run(
+                gpu,
+                commit,
                 profile="quick",
                 purpose=purpose,
                 software={"torch": "2.13.1"},
                 fingerprint={},
                 settings={},
-                command="",
                 started_at=T0 + timedelta(days=N_COMMITS, hours=4),
                 finished_at=T0 + timedelta(days=N_COMMITS, hours=5),
+                results=[_result(FORWARD, "ring", 1024, 9.99, "seconds", rng, gpu=True)],
             )
-            session.add(run)
-            session.add(_result(run, FORWARD, "ring", 1024, 9.99, "seconds", rng))
         # The stored check that caught the planted regression.
-        check = Check(
-            machine=gpu,
-            head_commit=commits[REGRESSED_AT],
-            base_commit=commits[REGRESSED_AT - 1],
+        items = []
+        for impl in IMPLS:
+            for n in SEQ_LENS:
+                regressed = impl == "ring" and n == 1024
+                base = forward_time(impl, n, True)
+                items.append(
+                    CheckItemRecord(
+                        benchmark=FORWARD,
+                        impl=impl,
+                        params={"impl": impl, "seq_len": n, "dtype": "float32"},
+                        metric="time",
+                        unit="seconds",
+                        direction="lower",
+                        gated=True,
+                        verdict="regression" if regressed else "unchanged",
+                        threshold=0.2,
+                        base_value=base,
+                        head_value=base * (1.5 if regressed else 1.0),
+                        ratio=1.5 if regressed else 1.0,
+                        ci_low=1.46 if regressed else 0.99,
+                        ci_high=1.54 if regressed else 1.01,
+                        p_value=1e-5 if regressed else 0.6,
+                        noise=0.01,
+                        method="cuda-graph",
+                        base_n=10,
+                        head_n=10,
+                    )
+                )
+        facts.check_id = store.record_check(
+            gpu,
+            commits[REGRESSED_AT],
+            commits[REGRESSED_AT - 1],
             baseline_ref="main",
             profile="quick",
             threshold=0.2,
@@ -253,40 +257,8 @@ def build_history_store(path: Path) -> HistoryFacts:
             config={"threshold": 0.2},
             command="perfguard check --baseline main",
             created_at=T0 + timedelta(days=REGRESSED_AT, hours=3),
+            items=items,
         )
-        for impl in IMPLS:
-            for n in SEQ_LENS:
-                params = {"impl": impl, "seq_len": n, "dtype": "float32"}
-                regressed = impl == "ring" and n == 1024
-                base = forward_time(impl, n, True)
-                check.items.append(
-                    CheckItem(
-                        benchmark=FORWARD,
-                        impl=impl,
-                        params=params,
-                        params_key=params_key(params),
-                        metric="time",
-                        unit="seconds",
-                        direction="lower",
-                        gated=True,
-                        verdict="regression" if regressed else "unchanged",
-                        base_value=base,
-                        head_value=base * (1.5 if regressed else 1.0),
-                        ratio=1.5 if regressed else 1.0,
-                        ci_low=1.46 if regressed else 0.99,
-                        ci_high=1.54 if regressed else 1.01,
-                        p_value=1e-5 if regressed else 0.6,
-                        noise=0.01,
-                        threshold=0.2,
-                        method="cuda-graph",
-                        base_n=10,
-                        head_n=10,
-                    )
-                )
-        session.add(check)
-        session.flush()
-        facts.check_id = check.id
-    engine.dispose()
     return facts
 
 
@@ -301,14 +273,14 @@ class CheckFacts:
     big_items: int = 0
 
 
-def _item(benchmark: str, impl: str, n: int, verdict: str, ratio: float | None, **extra: Any) -> CheckItem:
-    params = {"impl": impl, "seq_len": n, "dtype": "float16"}
+def _item(
+    benchmark: str, impl: str, n: int, verdict: str, ratio: float | None, **extra: Any
+) -> CheckItemRecord:
     base = extra.pop("base_value", 1e-3 * n / 1024)
     fields: dict[str, Any] = {
         "benchmark": benchmark,
         "impl": impl,
-        "params": params,
-        "params_key": params_key(params),
+        "params": {"impl": impl, "seq_len": n, "dtype": "float16"},
         "metric": "time",
         "unit": "seconds",
         "direction": "lower",
@@ -327,68 +299,65 @@ def _item(benchmark: str, impl: str, n: int, verdict: str, ratio: float | None, 
         "head_n": 20,
     }
     fields.update(extra)
-    return CheckItem(**fields)
+    return CheckItemRecord(**fields)
 
 
 def build_check_store(path: Path) -> CheckFacts:
     """Checks for the report tests (not history): see :class:`CheckFacts`."""
     url = f"sqlite:///{path}"
-    engine = create_engine(url)
-    Base.metadata.create_all(engine)
     facts = CheckFacts(url=url)
-    with Session(engine) as session, session.begin():
-        gpu = Machine(
-            key="nvidia-h100-80gb-hbm3-x1",
-            kind="cuda",
-            label="NVIDIA H100 80GB HBM3 ×1",
-            attributes={},
-            first_seen=T0,
-        )
-        base = Commit(
-            sha="b" * 40,
-            base_sha="b" * 40,
-            branch="main",
-            parents=[],
-            subject="base commit",
-            author="dev",
-            committed_at=T0,
-        )
-        head = Commit(
-            sha="a" * 40,
-            base_sha="a" * 40,
-            branch="feature",
-            parents=["b" * 40],
-            subject="speed up | ring <b>attention</b>",
-            author="dev",
-            committed_at=T0 + timedelta(hours=5),
-        )
+    gpu = MachineRecord(key="nvidia-h100-80gb-hbm3-x1", kind="cuda", label="NVIDIA H100 80GB HBM3 ×1")
+    base = CommitRecord(
+        sha="b" * 40, base_sha="b" * 40, branch="main", subject="base commit", author="dev", committed_at=T0
+    )
+    head = CommitRecord(
+        sha="a" * 40,
+        base_sha="a" * 40,
+        branch="feature",
+        parents=["b" * 40],
+        subject="speed up | ring <b>attention</b>",
+        author="dev",
+        committed_at=T0 + timedelta(hours=5),
+    )
+    with Store.open(url) as store:
         for commit, purpose, torch_version, driver in (
             (base, "baseline", "2.13.0", "570.86"),
             (head, "head", "2.13.1", "575.51"),
         ):
-            session.add(
-                Run(
-                    machine=gpu,
-                    commit=commit,
-                    profile="production",
-                    purpose=purpose,
-                    software={"torch": torch_version, "driver": driver, "cuda": "12.8", "python": "3.11.9"},
-                    fingerprint={
-                        "gpu": {"name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{purpose}"},
-                        "hostname": purpose,
-                    },
-                    settings={"sdpa_backend": "flash"},
-                    command="perfguard check --baseline main",
-                    started_at=T0 + timedelta(hours=6),
-                    finished_at=T0 + timedelta(hours=7),
-                )
+            store.record_run(
+                gpu,
+                commit,
+                profile="production",
+                purpose=purpose,
+                software={"torch": torch_version, "driver": driver, "cuda": "12.8", "python": "3.11.9"},
+                fingerprint={
+                    "gpu": {"name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{purpose}"},
+                    "hostname": purpose,
+                },
+                settings={"sdpa_backend": "flash"},
+                command="perfguard check --baseline main",
+                started_at=T0 + timedelta(hours=6),
+                finished_at=T0 + timedelta(hours=7),
+                results=[
+                    ResultRecord(
+                        benchmark=FORWARD,
+                        impl="dilated",
+                        params={"impl": "dilated", "seq_len": 1024, "dtype": "float16"},
+                        metric="time",
+                        unit="seconds",
+                        direction="lower",
+                        gated=True,
+                        samples=[1e-3] * 5,
+                        method="cuda-graph",
+                    )
+                ],
             )
 
-        def check(verdict: str, exit_code: int, items: list[CheckItem]) -> Check:
-            c = Check(
-                machine=gpu,
-                head_commit=head,
-                base_commit=base,
+        def check(verdict: str, exit_code: int, items: list[CheckItemRecord]) -> int:
+            return store.record_check(
+                gpu,
+                head,
+                base,
                 baseline_ref="main",
                 profile="production",
                 threshold=0.2,
@@ -401,11 +370,9 @@ def build_check_store(path: Path) -> CheckFacts:
                 created_at=T0 + timedelta(hours=8),
                 items=items,
             )
-            session.add(c)
-            return c
 
         fwd = FORWARD
-        mixed = check(
+        facts.mixed_id = check(
             "regression",
             1,
             [
@@ -424,18 +391,14 @@ def build_check_store(path: Path) -> CheckFacts:
                 *[_item(fwd, "dilated", n, "unchanged", 1.0 + n / 1e6) for n in (1024, 2048, 4096)],
             ],
         )
-        quiet = check(
-            "pass",
-            0,
-            [_item(fwd, impl, n, "unchanged", 1.01) for impl in IMPLS for n in SEQ_LENS],
+        facts.quiet_id = check(
+            "pass", 0, [_item(fwd, impl, n, "unchanged", 1.01) for impl in IMPLS for n in SEQ_LENS]
         )
         many = [
             _item(fwd, f"impl_{k:04d}_with_a_rather_long_name", 1024 * (1 + k % 8), "unchanged", 1.0)
             for k in range(1500)
         ]
         many[7] = _item(fwd, "ring", 4096, "regression", 1.5)
-        big = check("regression", 1, many)
-        session.flush()
-        facts.mixed_id, facts.quiet_id, facts.big_id, facts.big_items = mixed.id, quiet.id, big.id, len(many)
-    engine.dispose()
+        facts.big_id = check("regression", 1, many)
+        facts.big_items = len(many)
     return facts

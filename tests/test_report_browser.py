@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from perfguard.report import load_check, render_html
 from perfguard.report.formatting import format_value
+from perfguard.store import Store
 from perfguard.store.models import CheckItem
 
 pytestmark = pytest.mark.slow
@@ -26,31 +27,27 @@ def checks(tmp_path_factory: pytest.TempPathFactory) -> CheckFacts:
 @pytest.fixture(scope="module")
 def reports(checks: CheckFacts, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("html")
-    engine = create_engine(checks.url)
     paths = {}
-    with Session(engine) as session:
+    with Store.open(checks.url) as store:
         for name, check_id in (
             ("mixed", checks.mixed_id),
             ("quiet", checks.quiet_id),
             ("big", checks.big_id),
         ):
             path = out / f"check-{name}.html"
-            path.write_text(render_html(load_check(session, check_id)), encoding="utf-8")
+            path.write_text(render_html(load_check(store, check_id), store=store), encoding="utf-8")
             paths[name] = path
-    engine.dispose()
     return paths
 
 
 @pytest.fixture
-def session(checks: CheckFacts) -> Iterator[Session]:
-    engine = create_engine(checks.url)
-    with Session(engine) as s:
-        yield s
-    engine.dispose()
+def store(checks: CheckFacts) -> Iterator[Store]:
+    with Store.open(checks.url) as opened:
+        yield opened
 
 
 def test_mixed_report_renders_clean_and_marks_the_regressions(
-    reports: dict[str, Path], session: Session, checks: CheckFacts
+    reports: dict[str, Path], store: Store, checks: CheckFacts
 ) -> None:
     visit = open_page(reports["mixed"].as_uri())
     try:
@@ -62,9 +59,14 @@ def test_mixed_report_renders_clean_and_marks_the_regressions(
         assert page.locator("section.verdict-fail").count() == 1
         rows = page.locator("tr.v-row-regression")
         assert rows.count() == 2
-        stored = session.scalars(
-            select(CheckItem).where(CheckItem.check_id == checks.mixed_id, CheckItem.verdict == "regression")
-        ).all()
+        engine = create_engine(checks.url)  # the truth, read straight from the database
+        with Session(engine) as session:
+            stored = session.scalars(
+                select(CheckItem).where(
+                    CheckItem.check_id == checks.mixed_id, CheckItem.verdict == "regression"
+                )
+            ).all()
+        engine.dispose()
         texts = rows.all_inner_texts()
         for item in stored:
             assert any(item.impl in t and format_value(item.head_value, item.unit) in t for t in texts)

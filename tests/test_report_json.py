@@ -14,6 +14,7 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from perfguard.report import JSON_SCHEMA, check_to_json, load_check
+from perfguard.store import Store
 from perfguard.store.models import CheckItem
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "reports.md"
@@ -25,11 +26,9 @@ def checks(tmp_path_factory: pytest.TempPathFactory) -> CheckFacts:
 
 
 @pytest.fixture
-def session(checks: CheckFacts) -> Iterator[Session]:
-    engine = create_engine(checks.url)
-    with Session(engine) as s:
-        yield s
-    engine.dispose()
+def store(checks: CheckFacts) -> Iterator[Store]:
+    with Store.open(checks.url) as opened:
+        yield opened
 
 
 def documented_keys(heading: str) -> list[str]:
@@ -51,8 +50,8 @@ def documented_keys(heading: str) -> list[str]:
     return keys
 
 
-def test_json_has_exactly_the_documented_fields(session: Session, checks: CheckFacts) -> None:
-    doc = check_to_json(load_check(session, checks.mixed_id))
+def test_json_has_exactly_the_documented_fields(store: Store, checks: CheckFacts) -> None:
+    doc = check_to_json(load_check(store, checks.mixed_id), store=store)
     assert sorted(doc) == sorted(documented_keys("### JSON schema"))
     for item in doc["items"]:
         assert sorted(item) == sorted(documented_keys("Each element of `items`"))
@@ -61,9 +60,12 @@ def test_json_has_exactly_the_documented_fields(session: Session, checks: CheckF
     assert json.loads(json.dumps(doc)) == doc
 
 
-def test_json_items_equal_the_stored_items(session: Session, checks: CheckFacts) -> None:
-    doc = check_to_json(load_check(session, checks.mixed_id))
-    stored = session.scalars(select(CheckItem).where(CheckItem.check_id == checks.mixed_id)).all()
+def test_json_items_equal_the_stored_items(store: Store, checks: CheckFacts) -> None:
+    doc = check_to_json(load_check(store, checks.mixed_id), store=store)
+    engine = create_engine(checks.url)  # the truth, read straight from the database
+    with Session(engine) as session:
+        stored = session.scalars(select(CheckItem).where(CheckItem.check_id == checks.mixed_id)).all()
+    engine.dispose()
     assert len(doc["items"]) == len(stored)
     by_key = {(i.benchmark, i.params_key): i for i in stored}
     for item in doc["items"]:
@@ -98,8 +100,8 @@ def test_json_items_equal_the_stored_items(session: Session, checks: CheckFacts)
     assert any(i["benchmark"] == XSS and i["impl"] == "block|sparse" for i in doc["items"])
 
 
-def test_json_environment_and_repro(session: Session, checks: CheckFacts) -> None:
-    doc = check_to_json(load_check(session, checks.mixed_id))
+def test_json_environment_and_repro(store: Store, checks: CheckFacts) -> None:
+    doc = check_to_json(load_check(store, checks.mixed_id), store=store)
     env = doc["environment"]
     assert env["recorded"] is True
     assert {d["key"] for d in env["differs"]} == {"driver", "torch"}
@@ -112,8 +114,8 @@ def test_json_environment_and_repro(session: Session, checks: CheckFacts) -> Non
     assert doc["headline"].startswith("perfguard: 2 regressions")
 
 
-def test_quiet_json(session: Session, checks: CheckFacts) -> None:
-    doc = check_to_json(load_check(session, checks.quiet_id))
+def test_quiet_json(store: Store, checks: CheckFacts) -> None:
+    doc = check_to_json(load_check(store, checks.quiet_id), store=store)
     assert doc["counts"] == {"unchanged": 9}
     assert doc["headline"] == "perfguard: no regressions: 9 benchmarks unchanged"
     assert doc["environment"]["differs"] != []  # same two commits: the sides' software differs

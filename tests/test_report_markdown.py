@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from report_store import CheckFacts, build_check_store
-from sqlalchemy import create_engine
-from sqlalchemy.orm import Session
 
 from perfguard.report import GITHUB_COMMENT_LIMIT, MARKER, load_check, render_markdown
-from perfguard.store.models import Check
+from perfguard.store import Store
 
 
 @pytest.fixture(scope="module")
@@ -21,19 +18,17 @@ def checks(tmp_path_factory: pytest.TempPathFactory) -> CheckFacts:
 
 
 @pytest.fixture
-def session(checks: CheckFacts) -> Iterator[Session]:
-    engine = create_engine(checks.url)
-    with Session(engine) as s:
-        yield s
-    engine.dispose()
+def store(checks: CheckFacts) -> Iterator[Store]:
+    with Store.open(checks.url) as opened:
+        yield opened
 
 
 def _utf16(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
-def test_quiet_check_is_one_line_and_collapsed_details(session: Session, checks: CheckFacts) -> None:
-    text = render_markdown(load_check(session, checks.quiet_id))
+def test_quiet_check_is_one_line_and_collapsed_details(store: Store, checks: CheckFacts) -> None:
+    text = render_markdown(load_check(store, checks.quiet_id))
     lines = text.splitlines()
     assert lines[0] == MARKER
     assert lines[1] == "### ✅ perfguard: no regressions: 9 benchmarks unchanged"
@@ -46,9 +41,9 @@ def test_quiet_check_is_one_line_and_collapsed_details(session: Session, checks:
     assert text.rstrip().endswith("</details>")
 
 
-def test_mixed_check_names_every_item_that_needs_attention(session: Session, checks: CheckFacts) -> None:
-    check = load_check(session, checks.mixed_id)
-    text = render_markdown(check)
+def test_mixed_check_names_every_item_that_needs_attention(store: Store, checks: CheckFacts) -> None:
+    check = load_check(store, checks.mixed_id)
+    text = render_markdown(check, store=store)
     assert text.splitlines()[0] == MARKER
     headline = text.splitlines()[1]
     assert headline.startswith("### ❌ perfguard: 2 regressions, 1 broken")
@@ -83,8 +78,8 @@ def test_mixed_check_names_every_item_that_needs_attention(session: Session, che
     assert "--bench" in pre
 
 
-def test_user_text_cannot_break_the_markdown(session: Session, checks: CheckFacts) -> None:
-    text = render_markdown(load_check(session, checks.mixed_id))
+def test_user_text_cannot_break_the_markdown(store: Store, checks: CheckFacts) -> None:
+    text = render_markdown(load_check(store, checks.mixed_id))
     assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     assert "<b>attention</b>" not in text  # the head commit's subject
     assert "<oops>" not in text
@@ -98,8 +93,8 @@ def test_user_text_cannot_break_the_markdown(session: Session, checks: CheckFact
     assert "block\\|sparse" in text
 
 
-def test_size_limit_cuts_rows_and_says_so(session: Session, checks: CheckFacts) -> None:
-    check = load_check(session, checks.big_id)
+def test_size_limit_cuts_rows_and_says_so(store: Store, checks: CheckFacts) -> None:
+    check = load_check(store, checks.big_id)
     full = render_markdown(check, max_chars=10**9)
     assert _utf16(full) > GITHUB_COMMENT_LIMIT  # the case is real: uncut it would be rejected
     text = render_markdown(check)
@@ -116,10 +111,8 @@ def test_size_limit_cuts_rows_and_says_so(session: Session, checks: CheckFacts) 
     assert _utf16(small) <= 20_000 and small.count("✔️ unchanged") < shown
 
 
-def test_marker_can_be_chosen_per_machine_but_must_stay_a_comment(
-    session: Session, checks: CheckFacts
-) -> None:
-    check = load_check(session, checks.quiet_id)
+def test_marker_can_be_chosen_per_machine_but_must_stay_a_comment(store: Store, checks: CheckFacts) -> None:
+    check = load_check(store, checks.quiet_id)
     assert render_markdown(check, marker="<!-- perfguard-report h100 -->").startswith(
         "<!-- perfguard-report h100 -->\n"
     )
@@ -127,9 +120,9 @@ def test_marker_can_be_chosen_per_machine_but_must_stay_a_comment(
         render_markdown(check, marker="<!-- a --> <script>")
 
 
-def test_links_to_the_full_report_and_site(session: Session, checks: CheckFacts) -> None:
+def test_links_to_the_full_report_and_site(store: Store, checks: CheckFacts) -> None:
     text = render_markdown(
-        load_check(session, checks.quiet_id),
+        load_check(store, checks.quiet_id),
         site_url="https://example.org/perf/",
         report_url="https://example.org/run/1?x=1&y=<2>",
     )
@@ -137,19 +130,19 @@ def test_links_to_the_full_report_and_site(session: Session, checks: CheckFacts)
     assert 'href="https://example.org/run/1?x=1&amp;y=&lt;2&gt;"' in text
 
 
-def test_detached_check_uses_recorded_environment(tmp_path: Path) -> None:
-    """A Check built in memory (no session) renders from check.environment alone."""
+def test_recorded_environment_needs_no_store() -> None:
+    """A check whose environment was recorded renders it without reading any run."""
     from datetime import datetime, timezone
 
-    from perfguard.store.models import CheckItem, Commit, Machine
+    from perfguard.store import StoredCheck, StoredCheckItem, StoredCommit, StoredMachine
 
     when = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    commit = Commit(sha="c" * 40, base_sha="c" * 40, parents=[], subject="s", committed_at=when)
-    check = Check(
+    commit = StoredCommit(id=1, sha="c" * 40, base_sha="c" * 40, committed_at=when, subject="s")
+    check = StoredCheck(
         id=7,
-        machine=Machine(key="k", kind="cpu", label="CPU", attributes={}, first_seen=when),
-        head_commit=commit,
-        base_commit=commit,
+        machine=StoredMachine(id=1, key="k", kind="cpu", label="CPU", attributes={}, first_seen=when),
+        head=commit,
+        base=commit,
         baseline_ref="main",
         profile="quick",
         threshold=0.2,
@@ -160,8 +153,9 @@ def test_detached_check_uses_recorded_environment(tmp_path: Path) -> None:
         config={},
         command="",
         created_at=when,
-        items=[
-            CheckItem(
+        items=(
+            StoredCheckItem(
+                id=1,
                 benchmark="b.C.track_time",
                 impl="dilated",
                 params={"impl": "dilated"},
@@ -174,8 +168,8 @@ def test_detached_check_uses_recorded_environment(tmp_path: Path) -> None:
                 threshold=0.2,
                 base_n=5,
                 head_n=5,
-            )
-        ],
+            ),
+        ),
     )
     text = render_markdown(check)
     assert "no regressions: 1 benchmark unchanged" in text

@@ -177,7 +177,7 @@ def test_site_from_the_store_object_and_from_the_url(url: str, tmp_path: Path) -
     assert [float(r["value"]) for r in rows] == pytest.approx(
         [_value("ring", i) for i in range(N)], rel=0.005
     )
-    assert all(r["interval"] == "95% CI" for r in rows)
+    assert all(r["interval"] == "≈95% CI" for r in rows)
     doc = json.loads((tmp_path / "b" / "data" / "history.json").read_text(encoding="utf-8"))
     (ring,) = [s for s in doc["series"] if s["impl"] == "ring"]
     assert {(m["source"], m["kind"], m["sha"]) for m in ring["marks"]} == {

@@ -25,6 +25,7 @@ import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -32,7 +33,7 @@ from sqlalchemy import create_engine, insert
 from sqlalchemy.orm import Session
 
 from perfguard.report import build_site
-from perfguard.store.models import Base, Commit, Machine, Result, Run
+from perfguard.store.models import Base, Commit, Machine, Result, ResultData, Run
 
 IMPLS = ("dilated", "improved", "ring", "hilbert_ring", "block_sparse_ring")
 SEQ_LENS = (1024, 2048, 4096, 8192, 16384)
@@ -116,7 +117,8 @@ def build_store(path: Path, n_commits: int, n_series: int, seed: int = 0) -> Non
                     }
                 )
         run_ids = session.scalars(insert(Run).returning(Run.id), runs).all()
-        results = []
+        results: list[dict[str, Any]] = []
+        data: list[list[float]] = []
         for r_index, run_id in enumerate(run_ids):
             m_index, i = divmod(r_index, n_commits)
             for s_index, (bench, metric, unit, impl, n) in enumerate(keys):
@@ -130,6 +132,7 @@ def build_store(path: Path, n_commits: int, n_series: int, seed: int = 0) -> Non
                     samples = [level * (1 + rng.gauss(0, 0.02)) for _ in range(10)]
                 ordered = sorted(samples)
                 params = {"impl": impl, "seq_len": n, "dtype": "bfloat16"}
+                data.append(samples)
                 results.append(
                     {
                         "run_id": run_id,
@@ -143,22 +146,29 @@ def build_store(path: Path, n_commits: int, n_series: int, seed: int = 0) -> Non
                         "gated": True,
                         "status": "ok",
                         "value": ordered[len(ordered) // 2],
-                        "samples": samples,
                         "n_samples": len(samples),
                         "q25": ordered[len(ordered) // 4],
                         "q75": ordered[3 * len(ordered) // 4],
                         "method": "cuda-graph" if metric == "time" else None,
-                        "info": {},
                         "error": None,
                         "benchmark_version": "1",
                     }
                 )
             if len(results) >= 20_000:
-                session.execute(insert(Result), results)
-                results = []
+                _insert_results(session, results, data)
+                results, data = [], []
         if results:
-            session.execute(insert(Result), results)
+            _insert_results(session, results, data)
     engine.dispose()
+
+
+def _insert_results(session: Session, results: list[dict[str, Any]], samples: list[list[float]]) -> None:
+    """Results and their samples (``result_data``), in bulk."""
+    ids = session.scalars(insert(Result).returning(Result.id, sort_by_parameter_order=True), results).all()
+    session.execute(
+        insert(ResultData),
+        [{"result_id": rid, "samples": s, "info": {}} for rid, s in zip(ids, samples, strict=True)],
+    )
 
 
 def _cpu_seconds() -> float:

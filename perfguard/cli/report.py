@@ -61,36 +61,25 @@ def report(
             hint="add --html PATH, --markdown PATH or --json PATH",
         )
 
-    from perfguard.report.queries import read_only_engine
+    from perfguard.report.queries import open_store
 
-    engine = read_only_engine(db_url)  # reports only read: nothing is created or migrated
-    try:
-        _render(engine, out_dir, check_id, outputs)
-    finally:
-        engine.dispose()
+    with open_store(db_url) as store:  # reports only read: nothing is created or migrated
+        _render(store, out_dir, check_id, outputs)
 
 
-def _render(engine: Any, out_dir: Path | None, check_id: int | None, outputs: dict[str, Path | None]) -> None:
-    from perfguard.report import (
-        build_site,
-        check_to_json,
-        load_check,
-        open_session,
-        render_html,
-        render_markdown,
-    )
+def _render(store: Any, out_dir: Path | None, check_id: int | None, outputs: dict[str, Path | None]) -> None:
+    from perfguard.report import build_site, check_to_json, load_check, render_html, render_markdown
 
     if check_id is not None:
-        with open_session(engine) as session:
-            check = load_check(session, check_id)
-            if outputs["markdown"]:
-                _write(outputs["markdown"], render_markdown(check))
-            if outputs["html"]:
-                _write(outputs["html"], render_html(check))
-            if outputs["json"]:
-                _write(outputs["json"], json.dumps(check_to_json(check), indent=2) + "\n")
+        check = load_check(store, check_id)
+        if outputs["markdown"]:
+            _write(outputs["markdown"], render_markdown(check, store=store))
+        if outputs["html"]:
+            _write(outputs["html"], render_html(check, store=store))
+        if outputs["json"]:
+            _write(outputs["json"], json.dumps(check_to_json(check, store=store), indent=2) + "\n")
     if out_dir is not None:
-        summary = build_site(engine, out_dir)
+        summary = build_site(store, out_dir)
         click.echo(
             f"wrote {summary.pages} pages ({summary.series} series over {summary.commits} commits on "
             f"{summary.machines} machines; {summary.step_marks + summary.check_marks} changes marked) "

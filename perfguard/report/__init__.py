@@ -19,21 +19,20 @@ report_url=None) -> str``
     The same data as plain JSON types (schema ``perfguard-check-report/1``, documented in
     ``docs/reports.md``): write it with ``json.dumps``.
 
-    All three take a stored check: a ``perfguard.store.StoredCheck`` (``Store.get_check(id)``)
-    or an ORM :class:`perfguard.store.models.Check` with ``items``, ``machine``, ``head_commit``
-    and ``base_commit`` loaded (:func:`load_check` loads one by id), and an optional keyword
-    ``store=``.  The software of both sides comes from ``check.environment["base"/"head"]`` when
-    the check recorded it, else from the runs of both commits: through ``store.runs_for`` when a
-    ``Store`` is passed, or through the session an ORM check is attached to (see
-    ``docs/design.md``, Reports).  Typical use in ``perfguard check``::
+    All three take a ``perfguard.store.StoredCheck`` (``Store.get_check(id)``; :func:`load_check`
+    adds an error message for a missing id) and an optional keyword ``store=``.  The software of
+    both sides comes from ``check.environment["base"/"head"]`` when the check recorded it, else
+    from the runs of both commits through ``store.runs_for`` (see ``docs/design.md``, Reports).
+    Typical use in ``perfguard check``::
 
         check = store.get_check(check_id)
         Path(markdown_path).write_text(render_markdown(check, store=store))
 
 ``build_site(source, out_dir, *, step_threshold=0.05, workers=None) -> SiteSummary``
-    Writes the static history site into ``out_dir``.  ``source`` is a ``perfguard.store.Store``,
-    a SQLAlchemy ``Session`` or ``Engine``, or a database URL (opened read-only: nothing is
-    created or migrated).  ``out_dir`` must be new, empty, or a previous perfguard site.
+    Writes the static history site into ``out_dir``.  ``source`` is a ``perfguard.store.Store``
+    or a database URL (``None``: ``PERFGUARD_DB`` or the repository's store), opened with
+    ``migrate=False``: nothing is created or migrated.  ``out_dir`` must be new, empty, or a
+    previous perfguard site.
 
 Verdict strings are those of ``perfguard.compare.Verdict``: regression, improvement, unchanged,
 unstable, new, missing, broken, failed, skipped.
@@ -51,7 +50,7 @@ from perfguard.report.check_report import (
     render_html,
     render_markdown,
 )
-from perfguard.report.queries import load_check, open_session
+from perfguard.report.queries import load_check, open_store
 from perfguard.report.site import SiteSummary, build_site
 
 __all__ = [
@@ -64,7 +63,7 @@ __all__ = [
     "build_site",
     "check_to_json",
     "load_check",
-    "open_session",
+    "open_store",
     "render_html",
     "render_markdown",
 ]

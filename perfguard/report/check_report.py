@@ -1,6 +1,6 @@
 """The report of one ``perfguard check``: Markdown for the PR, a single-file HTML page, JSON.
 
-All three are views of one :class:`CheckReport`, built from a stored ``Check``, so the PR
+All three are views of one :class:`CheckReport`, built from a ``StoredCheck``, so the PR
 comment, the HTML artifact and the JSON never disagree.  Reading order (peers.md §12 F, §14
 item 14): the verdict first, with the items that need attention named and ranked by size; then
 the full table; then the environment of both sides with its differences; then the command that
@@ -16,14 +16,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.orm import object_session
-
 from perfguard.report import formatting
 from perfguard.report.charts import RatioAxis, ratio_axis
 from perfguard.report.environment import Environment, check_environment
-from perfguard.report.queries import side_runs
 from perfguard.report.templating import environment, inline_csp, static_text
-from perfguard.store.models import Check, CheckItem, Commit
+from perfguard.store import Store, StoredCheck, StoredCheckItem, StoredCommit
 
 #: Verdicts in the order a reader needs them (perfguard.compare.Verdict values).
 VERDICT_ORDER = (
@@ -74,7 +71,7 @@ class CommitView:
     dirty: bool
 
     @classmethod
-    def of(cls, commit: Commit | Any) -> CommitView:
+    def of(cls, commit: StoredCommit) -> CommitView:
         return cls(
             sha=commit.sha,
             short=formatting.short_sha(commit.sha),
@@ -89,7 +86,7 @@ class CommitView:
 class ItemView:
     """One verdict row, with its display strings."""
 
-    item: CheckItem
+    item: StoredCheckItem
     params: dict[str, Any]  # without impl
 
     @property
@@ -124,7 +121,7 @@ class ItemView:
 class CheckReport:
     """Everything any rendering of one check shows."""
 
-    check: Check
+    check: StoredCheck
     head: CommitView
     base: CommitView
     items: list[ItemView]
@@ -189,20 +186,8 @@ class CheckReport:
         return f"perfguard: no regressions: {unchanged} {noun} unchanged, " + ", ".join(others)
 
 
-def _head(check: Any) -> Any:
-    return check.head_commit if isinstance(check, Check) else check.head
-
-
-def _base(check: Any) -> Any:
-    return check.base_commit if isinstance(check, Check) else check.base
-
-
-def _side_runs(check: Any, store: Any) -> tuple[Any, Any]:
-    """The runs that measured both sides: through the ORM session, or the store's ``runs_for``."""
-    if isinstance(check, Check):
-        session = object_session(check)
-        if session is not None:
-            return side_runs(session, check)
+def _side_runs(check: StoredCheck, store: Store | None) -> tuple[Any, Any]:
+    """The runs that measured both sides (latest before the check), through ``store.runs_for``."""
     if store is None:
         return None, None
 
@@ -213,21 +198,20 @@ def _side_runs(check: Any, store: Any) -> tuple[Any, Any]:
         before = [r for r in runs if check.created_at is None or r.started_at <= check.created_at]
         return (before or runs or [None])[-1]  # runs_for is oldest first
 
-    return pick(_base(check).sha, ("baseline", "run")), pick(_head(check).sha, ("head",))
+    return pick(check.base.sha, ("baseline", "run")), pick(check.head.sha, ("head",))
 
 
 def build_report(
-    check: Check | Any,
+    check: StoredCheck,
     *,
-    store: Any = None,
+    store: Store | None = None,
     site_url: str | None = None,
     report_url: str | None = None,
 ) -> CheckReport:
-    """The view of a stored check: an ORM ``Check`` or a ``perfguard.store.StoredCheck``.
+    """The view of a stored check (``Store.get_check``).
 
     The software of both sides comes from ``check.environment["base"/"head"]`` when recorded,
-    else from the runs: through the ORM session the check is attached to, or ``store.runs_for``
-    when a :class:`perfguard.store.Store` is passed.
+    else from the runs of both commits through ``store.runs_for`` when the store is passed.
     """
     base_run, head_run = _side_runs(check, store)
     items = [
@@ -252,8 +236,8 @@ def build_report(
     ]
     return CheckReport(
         check=check,
-        head=CommitView.of(_head(check)),
-        base=CommitView.of(_base(check)),
+        head=CommitView.of(check.head),
+        base=CommitView.of(check.base),
         items=items,
         counts=counts,
         environment=check_environment(check.environment, base_run, head_run),
@@ -264,9 +248,9 @@ def build_report(
     )
 
 
-def repro_commands(check: Check, items: list[ItemView]) -> list[str]:
+def repro_commands(check: StoredCheck, items: list[ItemView]) -> list[str]:
     """Shell lines that reproduce the check, then only what needs attention (pytorch #136647)."""
-    lines = [f"git checkout {shlex.quote(_head(check).sha.partition('+')[0])}"]
+    lines = [f"git checkout {shlex.quote(check.head.sha.partition('+')[0])}"]
     base_cmd = [
         "perfguard",
         "check",
@@ -291,13 +275,13 @@ def _report(check: Any, **options: Any) -> CheckReport:
 
 
 def render_markdown(
-    check: Check | Any,
+    check: StoredCheck,
     *,
     max_chars: int = MARKDOWN_BUDGET,
     marker: str = MARKER,
     site_url: str | None = None,
     report_url: str | None = None,
-    store: Any = None,
+    store: Store | None = None,
 ) -> str:
     """GitHub-flavoured Markdown for the job summary and the sticky PR comment.
 
@@ -343,7 +327,7 @@ def _hard_cut(text: str, max_chars: int) -> str:
     return cut + note
 
 
-def render_html(check: Check | Any, *, site_url: str | None = None, store: Any = None) -> str:
+def render_html(check: StoredCheck, *, site_url: str | None = None, store: Store | None = None) -> str:
     """A single self-contained HTML page (inline CSS and JS, nothing fetched)."""
     report = _report(check, site_url=site_url, store=store)
     css, js = static_text("perfguard.css"), static_text("perfguard.js")
@@ -362,7 +346,7 @@ def render_html(check: Check | Any, *, site_url: str | None = None, store: Any =
     )
 
 
-def check_to_json(check: Check | Any, *, store: Any = None) -> dict[str, Any]:
+def check_to_json(check: StoredCheck, *, store: Store | None = None) -> dict[str, Any]:
     """The report's data as plain JSON types; the schema is documented in ``docs/reports.md``."""
     report = _report(check, store=store)
     c = report.check

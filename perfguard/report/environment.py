@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfguard.store.models import Run
+from perfguard.store import StoredRun
 
 #: Keys (last dotted component) that identify a host rather than describe it.
 METADATA_KEYS = frozenset({"uuid", "uuids", "hostname", "host", "serial", "pci_bus_id", "node"})
@@ -77,7 +77,7 @@ def flatten(data: Any, prefix: str = "") -> dict[str, str]:
     return out
 
 
-def side_from_run(run: Run | None) -> dict[str, str]:
+def side_from_run(run: StoredRun | None) -> dict[str, str]:
     """One side's environment: software first (undotted keys), then settings and fingerprint."""
     if run is None:
         return {}
@@ -108,7 +108,7 @@ def compare_sides(base: Mapping[str, str], head: Mapping[str, str]) -> Environme
 
 
 def check_environment(
-    recorded: Mapping[str, Any] | None, base_run: Run | None, head_run: Run | None
+    recorded: Mapping[str, Any] | None, base_run: StoredRun | None, head_run: StoredRun | None
 ) -> Environment:
     """The environment of a check: what ``perfguard check`` recorded, else its runs'."""
     recorded = recorded or {}

@@ -100,7 +100,7 @@ def groups(
     min_lines: int = 1,
 ) -> list[Group]:
     """Groups of series over seq_len with the latest value per implementation."""
-    buckets: dict[tuple[int, str, tuple[tuple[str, str], ...]], list[Series]] = defaultdict(list)
+    buckets: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[Series]] = defaultdict(list)
     for s in series:
         if s.metric not in metrics or SEQ not in s.params or not s.points:
             continue
@@ -109,7 +109,7 @@ def groups(
         except (TypeError, ValueError):
             continue
         rest = tuple(sorted((k, str(v)) for k, v in s.params.items() if k not in ("impl", SEQ)))
-        buckets[(s.machine.id, s.benchmark, rest)].append(s)
+        buckets[(s.machine.key, s.benchmark, rest)].append(s)
     out = []
     for (_, benchmark, rest), members in buckets.items():
         lines: dict[str, Line] = {}

@@ -1,10 +1,12 @@
 """History series: one benchmark x params on one machine, over the commits of the baseline branch.
 
-Built from :func:`perfguard.report.queries.history_rows`.  Where a commit was measured more than
-once on a machine (a baseline re-measured by several checks), the latest run's result is the
-point.  Each point carries a 95% confidence interval of its median from the order statistics of
-its samples (distribution-free, exact binomial coverage); with fewer than 6 samples no 95%
-interval exists that way, and the stored interquartile range is shown instead, labelled as such.
+Built from ``perfguard.store.Store.series`` (purposes ``run`` and ``baseline``, clean commits):
+a commit measured more than once on a machine is one point, the median of its runs.  The store
+never reads sample arrays for the history, so each point's interval is computed from what it
+keeps, the quartiles and the sample count: an approximate 95% confidence interval of the median,
+``median ± 1.82 · IQR / √n`` (the median's standard error under normality, 1.2533 σ / √n with
+σ = IQR / 1.349, times 1.96; the same construction as McGill et al.'s box-plot notches, which use
+1.58 for comparing two medians).  With fewer than 2 samples or no quartiles there is none.
 
 Changes are marked from two sources, kept apart on the charts:
 
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import math
 import os
 import re
@@ -30,16 +31,16 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
 from typing import Any
 
 from perfguard.report import formatting
-from perfguard.report.queries import HistoryRow, HistoryRun, VerdictMark
+from perfguard.report.queries import VerdictMark
+from perfguard.store import Series as StoreSeries
+from perfguard.store import StoredMachine
 
 
 @dataclass
 class CommitInfo:
-    id: int
     sha: str
     date: datetime
     subject: str
@@ -56,12 +57,11 @@ class CommitInfo:
 
 @dataclass
 class MachineInfo:
-    id: int
     key: str
     label: str
     kind: str
     commits: list[CommitInfo] = field(default_factory=list)
-    position: dict[int, int] = field(default_factory=dict)  # commit id -> index in commits
+    position: dict[str, int] = field(default_factory=dict)  # commit sha -> index in commits
 
 
 @dataclass
@@ -71,7 +71,7 @@ class Point:
     value: float | None
     low: float | None
     high: float | None
-    interval: str  # "95% CI" | "IQR" | ""
+    interval: str  # "≈95% CI" | ""
     n: int
     method: str | None
     status: str
@@ -141,140 +141,81 @@ def page_slug(benchmark: str, params: dict[str, Any], params_key: str) -> str:
     return f"{stem}-{digest}"
 
 
-@cache
-def _median_rank(n: int) -> int:
-    """Largest 1-based rank l with P(Binom(n, ½) < l) <= 2.5%: [x_(l), x_(n+1-l)] covers >= 95%."""
-    total = 2.0**n
-    cumulative = 0.0
-    rank = 0
-    for k in range(n):
-        cumulative += math.comb(n, k) / total
-        if cumulative > 0.025:
-            break
-        rank = k + 1
-    return rank
+#: z(0.975) x the median's standard error in IQR units: 1.96 x 1.2533 / 1.349.
+CI_IQR_FACTOR = 1.96 * 1.2533 / 1.349
+CI_LABEL = "≈95% CI"
 
 
-def median_interval(samples: Sequence[float] | None) -> tuple[float, float] | None:
-    """Distribution-free 95% confidence interval of the median, or None below 6 samples."""
-    if not samples or len(samples) < 6:
+def median_interval(
+    value: float | None, q25: float | None, q75: float | None, n: int
+) -> tuple[float, float] | None:
+    """Approximate 95% confidence interval of a median from its quartiles and sample count."""
+    if value is None or q25 is None or q75 is None or n < 2:
         return None
-    ordered = sorted(samples)
-    rank = _median_rank(len(ordered))
-    if rank < 1:
-        return None
-    return ordered[rank - 1], ordered[len(ordered) - rank]
-
-
-def _all_samples(texts: list[str | list[float] | None]) -> list[list[float] | None]:
-    """Parse every point's samples (JSON text) in one ``json.loads`` call.
-
-    200,000 tiny documents parse several times faster as one array than one call each.  A
-    driver that already returns parsed JSON (lists) is taken as it is.
-    """
-    if all(isinstance(t, str) for t in texts):
-        parsed = json.loads("[" + ",".join(texts) + "]")  # type: ignore[arg-type]
-    else:
-        parsed = [json.loads(t) if isinstance(t, str) else t for t in texts]
-    return [p if isinstance(p, list) else None for p in parsed]
+    half = CI_IQR_FACTOR * (q75 - q25) / math.sqrt(n)
+    return value - half, value + half
 
 
 def assemble(
-    runs: Iterable[HistoryRun], rows: Iterable[HistoryRow]
+    stored: Iterable[StoreSeries], machines: Iterable[StoredMachine] = ()
 ) -> tuple[list[MachineInfo], list[Series]]:
-    """Machines with their ordered commits, and every series with its points (no marks yet)."""
-    machines: dict[int, MachineInfo] = {}
-    commits_of: dict[int, dict[int, CommitInfo]] = defaultdict(dict)
-    run_of: dict[int, HistoryRun] = {}
-    for run in runs:
-        run_of[run.run_id] = run
-        if run.machine_id not in machines:
-            machines[run.machine_id] = MachineInfo(
-                run.machine_id, run.machine_key, run.machine_label, run.machine_kind
-            )
-        if run.commit_id not in commits_of[run.machine_id]:
-            commits_of[run.machine_id][run.commit_id] = CommitInfo(
-                run.commit_id, run.sha, run.committed_at, run.subject
-            )
-    for mid, machine in machines.items():
-        machine.commits = sorted(commits_of[mid].values(), key=lambda c: (c.date.replace(tzinfo=None), c.id))
-        machine.position = {c.id: i for i, c in enumerate(machine.commits)}
+    """Machines with their ordered commits, and every series with its points (no marks yet).
 
-    # One result per machine x benchmark x params x commit: the latest run's.
-    rank = {
-        run.run_id: k
-        for k, run in enumerate(
-            sorted(run_of.values(), key=lambda r: (r.started_at.replace(tzinfo=None), r.run_id))
-        )
-    }
-    latest: dict[tuple[int, str, str, int], tuple[int, int]] = {}  # -> (run rank, row index)
-    rows = list(rows)
-    for index, row in enumerate(rows):
-        run = run_of.get(row.run_id)
-        if run is None:
-            continue
-        key = (run.machine_id, row.benchmark, row.params_key, run.commit_id)
-        order = rank[row.run_id]
-        seen = latest.get(key)
-        if seen is None or seen[0] < order:
-            latest[key] = (order, index)
-    samples = _all_samples([rows[index].samples_json for _, index in latest.values()])
-
-    series: dict[tuple[int, str, str], Series] = {}
-    params_cache: dict[str, dict[str, Any]] = {}
-    for k, ((mid, benchmark, params_key, commit_id), (_, index)) in enumerate(latest.items()):
-        row = rows[index]
-        key = (mid, benchmark, params_key)
-        s = series.get(key)
-        if s is None:
-            raw = row.params_json
-            if raw not in params_cache:
-                parsed = json.loads(raw) if isinstance(raw, str) else raw
-                params_cache[raw if isinstance(raw, str) else params_key] = dict(parsed or {})
-            s = series[key] = Series(
-                machine=machines[mid],
-                benchmark=benchmark,
-                impl=row.impl,
-                params=params_cache[raw if isinstance(raw, str) else params_key],
-                params_key=params_key,
-                metric=row.metric,
-                unit=row.unit,
-                direction=row.direction,
-                gated=row.gated,
+    ``stored`` comes from ``Store.series``; ``machines`` (``Store.machines()``) only adds each
+    machine's kind.  A machine's x axis is every commit any of its series was measured at.
+    """
+    kinds = {m.key: m.kind for m in machines}
+    stored = list(stored)
+    infos: dict[str, MachineInfo] = {}
+    commits_of: dict[str, dict[str, CommitInfo]] = defaultdict(dict)
+    for st in stored:
+        if st.machine_key not in infos:
+            infos[st.machine_key] = MachineInfo(
+                st.machine_key, st.machine_label, kinds.get(st.machine_key, "")
             )
-        machine = machines[mid]
-        interval = median_interval(samples[k])
-        if interval is not None:
-            low, high, label = interval[0], interval[1], "95% CI"
-        elif row.q25 is not None and row.q75 is not None:
-            low, high, label = row.q25, row.q75, "IQR"
-        else:
-            low = high = None
-            label = ""
-        position = machine.position[commit_id]
-        point = Point(
-            position=position,
-            commit=machine.commits[position],
-            value=row.value,
-            low=low,
-            high=high,
-            interval=label,
-            n=row.n_samples,
-            method=row.method,
-            status=row.status,
+        known = commits_of[st.machine_key]
+        for p in st.points:
+            if p.sha not in known:
+                known[p.sha] = CommitInfo(p.sha, p.committed_at, p.subject)
+    for key, machine in infos.items():
+        machine.commits = sorted(commits_of[key].values(), key=lambda c: (c.date, c.sha))
+        machine.position = {c.sha: i for i, c in enumerate(machine.commits)}
+
+    out: list[Series] = []
+    for st in stored:
+        machine = infos[st.machine_key]
+        series = Series(
+            machine=machine,
+            benchmark=st.benchmark,
+            impl=st.impl,
+            params=dict(st.params),
+            params_key=st.params_key,
+            metric=st.metric,
+            unit=st.unit,
+            direction=st.direction,
+            gated=st.gated,
         )
-        if row.status == "ok" and row.value is not None and math.isfinite(row.value):
-            s.points.append(point)
-        elif row.status == "failed":
-            s.failures.append(point)
-    for s in series.values():
-        s.points.sort(key=lambda p: p.position)
-        s.failures.sort(key=lambda p: p.position)
-    ordered = sorted(
-        series.values(),
-        key=lambda s: (s.impl, s.benchmark, formatting.natural_key(s.other_params), s.machine.key),
-    )
-    return sorted(machines.values(), key=lambda m: m.key), ordered
+        for p in st.points:
+            position = machine.position[p.sha]
+            interval = median_interval(p.value, p.q25, p.q75, p.n_samples)
+            point = Point(
+                position=position,
+                commit=machine.commits[position],
+                value=p.value,
+                low=interval[0] if interval else None,
+                high=interval[1] if interval else None,
+                interval=CI_LABEL if interval else "",
+                n=p.n_samples,
+                method=p.method,
+                status=p.status,
+            )
+            if p.status == "ok" and p.value is not None and math.isfinite(p.value):
+                series.points.append(point)
+            elif p.status == "failed":
+                series.failures.append(point)
+        out.append(series)
+    out.sort(key=lambda s: (s.impl, s.benchmark, formatting.natural_key(s.other_params), s.machine.key))
+    return sorted(infos.values(), key=lambda m: m.key), out
 
 
 def _worse(direction: str, old: float, new: float) -> bool:
@@ -358,14 +299,14 @@ def mark_steps(series: Sequence[Series], *, threshold: float, workers: int | Non
 
 def mark_checks(series: Sequence[Series], marks: Iterable[VerdictMark]) -> None:
     """Add ``check`` marks: stored verdicts whose head commit is a point of the series."""
-    by_key: dict[tuple[int, str, str], Series] = {
-        (s.machine.id, s.benchmark, s.params_key): s for s in series
+    by_key: dict[tuple[str, str, str], Series] = {
+        (s.machine.key, s.benchmark, s.params_key): s for s in series
     }
     for m in marks:
-        s = by_key.get((m.machine_id, m.benchmark, m.params_key))
-        if s is None or m.head_commit_id not in s.machine.position:
+        s = by_key.get((m.machine_key, m.benchmark, m.params_key))
+        if s is None or m.head_sha not in s.machine.position:
             continue
-        pos = s.machine.position[m.head_commit_id]
+        pos = s.machine.position[m.head_sha]
         index = next((i for i, p in enumerate(s.points) if p.position == pos), None)
         if index is None:
             continue

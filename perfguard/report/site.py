@@ -35,7 +35,7 @@ from typing import Any
 from perfguard.errors import UsageError
 from perfguard.report import formatting
 from perfguard.report.charts import PALETTE, LineChart, Marker, line_chart, loglog_chart, sparkline
-from perfguard.report.queries import history_rows, history_runs, open_session, verdict_marks
+from perfguard.report.queries import HISTORY_PURPOSES, open_store, verdict_marks
 from perfguard.report.scaling import Group, groups
 from perfguard.report.series import MachineInfo, Series, assemble, mark_checks, mark_steps, page_slug
 from perfguard.report.templating import SITE_CSP, STATIC_FILES, environment, static_text
@@ -75,12 +75,12 @@ def build_site(
     started = time.perf_counter()
     out = Path(out_dir)
     _check_out(out)  # refuse a wrong --out before reading anything; write nothing until the store is read
-    with open_session(source) as session:
-        runs = history_runs(session)
-        rows = history_rows(session)
-        vmarks = verdict_marks(session)
-    machines, series = assemble(runs, rows)
-    del rows
+    with open_store(source) as store:
+        stored = store.series(purposes=HISTORY_PURPOSES)
+        machines_stored = store.machines()
+        vmarks = verdict_marks(store)
+    machines, series = assemble(stored, machines_stored)
+    del stored
     mark_steps(series, threshold=step_threshold, workers=workers)
     mark_checks(series, vmarks)
 
@@ -118,7 +118,7 @@ def build_site(
     for name in STATIC_FILES:
         (out / "static" / name).write_text(static_text(name), encoding="utf-8")
 
-    date_labels = {m.id: [c.date.strftime("%Y-%m-%d") for c in m.commits] for m in machines}
+    date_labels = {m.key: [c.date.strftime("%Y-%m-%d") for c in m.commits] for m in machines}
     by_benchmark: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
     for key, members in pages.items():
         s = members[0]
@@ -134,7 +134,7 @@ def build_site(
             "site/benchmark.html",
             page="benchmark",
             first=first,
-            chart_views=[_chart_view(s, k, date_labels[s.machine.id]) for k, s in enumerate(members)],
+            chart_views=[_chart_view(s, k, date_labels[s.machine.key]) for k, s in enumerate(members)],
             siblings=[(impl, label, slug) for impl, _, label, slug in siblings],
         )
 
@@ -282,7 +282,7 @@ class IndexRow:
     benchmark: str
     params: str
     slug: str
-    cells: dict[int, IndexCell]
+    cells: dict[str, IndexCell]
 
 
 def _index_rows(
@@ -305,7 +305,7 @@ def _index_rows(
             big = abs(ratio - 1) >= 0.05
             cls = ("delta-bad" if worse else "delta-good") if big else "muted small"
         last = s.last_mark
-        row.cells[s.machine.id] = IndexCell(
+        row.cells[s.machine.key] = IndexCell(
             series=s,
             latest=formatting.format_value(latest.value, s.unit),
             change=change,
