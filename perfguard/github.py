@@ -104,11 +104,12 @@ def describe_exit(name: str, code: int, log: str) -> tuple[str, str] | None:
     if code == 0:
         return None
     if code == 1 and "Traceback (most recent call last)" not in log:
-        detail = error_message_from_log(log) if _ERROR_LINE.search(log) else ""
+        if _ERROR_LINE.search(log):  # a click error that kept click's default exit code 1
+            return (f"perfguard {name} failed (exit 1)", error_message_from_log(log))
         return (
             f"perfguard {name} {_EXIT_MEANING[1]}",
             f"perfguard {name} {_EXIT_MEANING[1]}. The job summary and the report artifact show "
-            "which benchmark or implementation." + (f"\n{detail}" if detail else ""),
+            "which benchmark or implementation.",
         )
     if code == 2:
         return (f"perfguard {name} {_EXIT_MEANING[2]}", error_message_from_log(log))

@@ -47,6 +47,12 @@ def test_step_explains_a_regression_exit_and_a_missing_command(tmp_path: Path, c
     out = capfd.readouterr().out
     assert "table" in out
     assert "found a regression, a broken benchmark or a failed verification (exit 1)" in out
+    code = "import sys; print('Error: reports need perfguard.report', file=sys.stderr); sys.exit(1)"
+    assert gh.run_step("check", [sys.executable, "-c", code], tmp_path) == 1
+    assert (
+        "::error title=perfguard check failed (exit 1)::reports need perfguard.report"
+        in capfd.readouterr().out
+    )
     assert gh.run_step("verify", ["perfguard-does-not-exist"], tmp_path) == 127
     assert "could not start" in capfd.readouterr().out
     assert gh.run_step("run", [sys.executable, "-c", "import os; os.abort()"], tmp_path) == -6
