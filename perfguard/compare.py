@@ -217,6 +217,7 @@ class Item:
     head_n: int
     reason: str
     round_cv: float | None = None
+    round_spread: float | None = None
     p_raw: float | None = None
     hodges_lehmann: float | None = None
     base_rounds: int = 0
@@ -466,7 +467,7 @@ def _decide_timing(pair: _Pair, config: Config, p_better: float) -> tuple[Verdic
     evidence = r > hi and pair.p_adj < alpha and ci_lo > lo_bound
     if evidence and (not noisy or ci_lo > hi):
         return Verdict.REGRESSION, line(pair.p_adj)
-    if ci_hi > hi and (noisy or r > hi):
+    if evidence or (ci_hi > hi and (noisy or r > hi)):
         if noisy:
             why = f"too noisy to decide ({_noise_text(pair.noise, config)})"
         elif pair.p_adj >= alpha:
@@ -531,6 +532,7 @@ def _pair_item(pair: _Pair, verdict: Verdict, reason: str, hl: float | None) -> 
         head_n=head.side.n,
         reason=reason + (f" [{pair.rule.note}]" if pair.rule.note else ""),
         round_cv=pair.noise.round_cv,
+        round_spread=pair.noise.round_spread,
         p_raw=None if deterministic else pair.p_raw,
         hodges_lehmann=_finite(hl) if hl is not None else None,
         base_rounds=base.side.k,
@@ -581,7 +583,7 @@ def _compare_pairs(pairs: list[_Pair], config: Config) -> list[Item]:
                 p_better = stats.mann_whitney_worse(p.head.side.pooled, p.base.side.pooled, p.head.direction)  # type: ignore[arg-type]
                 p_better = min(1.0, p_better * (family if p.gated else 1))
             verdict, reason = _decide_timing(p, config, p_better)
-            if verdict is not Verdict.UNCHANGED and p.base.side.n * p.head.side.n <= 1_000_000:
+            if verdict is not Verdict.UNCHANGED:
                 hl = stats.hodges_lehmann_ratio(p.base.side.pooled, p.head.side.pooled, p.head.direction)  # type: ignore[arg-type]
         items.append(_pair_item(p, verdict, reason, hl))
     return items
@@ -696,12 +698,19 @@ def compare_suite(
 def decide_after_retry(first: Item, retry: Item) -> Item:
     """The final verdict of a suspect: the re-measurement's verdict, marked ``retried``.
 
-    The re-measurement (baseline and head interleaved in fresh processes) decides alone: the
-    stage-1 data were taken in two sessions, which is what made the item a suspect.  A
-    regression is therefore only reported when it holds again on the re-measurement.
+    The re-measurement (baseline and head interleaved in fresh processes) decides: the stage-1
+    data were taken in two sessions, which is what made the item a suspect.  A regression is
+    only reported when it holds again on the re-measurement, and when its interval's lower end
+    also exceeds the spread between rounds of the same code seen in the *first* measurement
+    (a benchmark whose processes land 2x apart can show a clean 2x between five rounds and five
+    by chance; docs/verdicts.md, "bimodal benchmarks").
     """
     if first.key != retry.key:
         raise ValueError(f"retry of {retry.benchmark} ({retry.params_key}) given for {first.key}")
+    spread = first.round_spread or 1.0
+    if retry.verdict is Verdict.REGRESSION and retry.ci_low is not None and retry.ci_low <= spread:
+        why = f"but rounds of the same code differed by up to {spread:.2f}× in the first measurement"
+        retry = replace(retry, verdict=Verdict.UNSTABLE, reason=f"{retry.reason}; {why}")
     if retry.verdict is Verdict.REGRESSION:
         prefix = "confirmed on re-measurement"
     elif first.verdict is Verdict.REGRESSION:

@@ -31,14 +31,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from perfguard.compare import (  # noqa: E402
+from perfguard.compare import (
     Measurement,
     SuiteComparison,
     Verdict,
     apply_retry,
     compare_suite,
 )
-from perfguard.config import Config  # noqa: E402
+from perfguard.config import Config
 
 
 @dataclass(frozen=True)
@@ -274,23 +274,48 @@ def table(models: Sequence[str], factors: Sequence[float], checks: int, suite_si
     return "\n".join(lines)
 
 
+def machine() -> str:
+    """CPU model, core count and load: the timing below depends on them (the rates do not)."""
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    return f"{model}, {os.cpu_count()} CPUs, load average {load}"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--checks", type=int, default=100, help="simulated checks per model and factor")
     parser.add_argument("--suite-size", type=int, default=40, help="benchmarks per check")
     parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--timing-only", action="store_true", help="only time compare_suite")
     args = parser.parse_args(argv)
-    print(f"# verdict simulation, {datetime.date.today()}, {platform.node() or 'host'}")
-    print(f"python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} CPUs, {platform.processor()}")
-    print(f"command: python docs/perf/verdict_simulation.py --checks {args.checks} --suite-size {args.suite_size}\n")
-    for name in args.models:
-        print(f"- `{name}`: {MODELS[name].what}")
-    print()
-    t = time.perf_counter()
-    print(table(args.models, FACTORS, args.checks, args.suite_size))
-    print(f"\n(simulation took {time.perf_counter() - t:.0f} s)\n")
+    print(f"date {datetime.date.today()}; python {platform.python_version()}, numpy {np.__version__}")
+    print(f"machine: {machine()}")
+    if not args.timing_only:
+        script = "python docs/perf/verdict_simulation.py"
+        print(f"command: {script} --checks {args.checks} --suite-size {args.suite_size}")
+        print()
+        for name in args.models:
+            print(f"- `{name}`: {MODELS[name].what}")
+        print()
+        t = time.perf_counter()
+        print(table(args.models, FACTORS, args.checks, args.suite_size))
+        print(f"\n(simulation took {time.perf_counter() - t:.0f} s)\n")
     for items in (100, 1000):
-        print(f"compare_suite on {items} items, 3 rounds x 100 samples a side: {time_compare(items):.3f} s (best of 5)")
+        cpu = time.process_time()
+        wall = time_compare(items)
+        print(
+            f"compare_suite, {items} items of 3 rounds x 100 samples a side: {wall:.3f} s wall (best of 5; "
+            f"{(time.process_time() - cpu) / 5:.3f} s CPU per call on average)"
+        )
 
 
 if __name__ == "__main__":
