@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from perfguard import stats
 from perfguard.config import Config, Rule
@@ -127,12 +128,12 @@ class Measurement:
 
     benchmark: str
     params: Mapping[str, Any]
-    rounds: Sequence[Sequence[float]] = ()
+    rounds: Sequence[ArrayLike] = ()
     value: float | None = None
     status: str = "ok"
     metric: str = "time"
     unit: str = "seconds"
-    direction: str = "lower"
+    direction: stats.Direction = "lower"
     gated: bool = True
     method: str | None = None
     error: str | None = None
@@ -149,8 +150,8 @@ class Measurement:
             object.__setattr__(self, "impl", str(self.params.get("impl", "")))
         if not self.key:
             object.__setattr__(self, "key", params_key(self.params))
-        rounds: Sequence[Sequence[float]] = self.rounds
-        if not any(len(r) for r in rounds) and self.value is not None:
+        rounds: Sequence[ArrayLike] = self.rounds
+        if not any(np.size(r) for r in rounds) and self.value is not None:
             rounds = [[self.value]]
         object.__setattr__(self, "side", stats.Side.of(rounds))
 
@@ -549,7 +550,7 @@ def _compare_pairs(pairs: list[_Pair], config: Config) -> list[Item]:
     """Statistics for all pairs at once (batched), Holm over the gated timings, then the rule."""
     timing = [p for p in pairs if p.head.metric not in DETERMINISTIC_METRICS]
     for p in pairs:
-        p.ratio = stats.oriented_ratio(p.base.side.median, p.head.side.median, p.head.direction)  # type: ignore[arg-type]
+        p.ratio = stats.oriented_ratio(p.base.side.median, p.head.side.median, p.head.direction)
         p.noise = stats.Noise.worst(p.base.side.noise, p.head.side.noise)
     if timing:
         p_raw = stats.mann_whitney_worse_many(
@@ -580,11 +581,11 @@ def _compare_pairs(pairs: list[_Pair], config: Config) -> list[Item]:
             p_better = 1.0
             hi = 1.0 + p.rule.threshold
             if p.ratio < 1 / hi:  # only then can it be an improvement; Bonferroni (never fails)
-                p_better = stats.mann_whitney_worse(p.head.side.pooled, p.base.side.pooled, p.head.direction)  # type: ignore[arg-type]
+                p_better = stats.mann_whitney_worse(p.head.side.pooled, p.base.side.pooled, p.head.direction)
                 p_better = min(1.0, p_better * (family if p.gated else 1))
             verdict, reason = _decide_timing(p, config, p_better)
             if verdict is not Verdict.UNCHANGED:
-                hl = stats.hodges_lehmann_ratio(p.base.side.pooled, p.head.side.pooled, p.head.direction)  # type: ignore[arg-type]
+                hl = stats.hodges_lehmann_ratio(p.base.side.pooled, p.head.side.pooled, p.head.direction)
         items.append(_pair_item(p, verdict, reason, hl))
     return items
 

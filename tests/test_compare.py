@@ -99,7 +99,7 @@ def test_bad_measurement_fields_are_errors() -> None:
     with pytest.raises(ValueError, match="status"):
         Measurement(FWD, {"impl": "x"}, status="crashed")
     with pytest.raises(ValueError, match="direction"):
-        Measurement(FWD, {"impl": "x"}, direction="up")
+        Measurement(FWD, {"impl": "x"}, direction="up")  # type: ignore[arg-type]
 
 
 # --- timing rule -------------------------------------------------------------------------------
@@ -109,7 +109,7 @@ def test_twice_the_work_is_a_regression_with_a_readable_reason() -> None:
     item = compare_sides(timing(), timing(2.0, seed=1), CONFIG)
     assert item.verdict is Verdict.REGRESSION and item.fails
     assert item.ratio == pytest.approx(2.0, rel=0.03)
-    assert item.ci_low is not None and item.ci_high is not None
+    assert item.ci_low is not None and item.ci_high is not None and item.ratio is not None
     assert item.ci_low < item.ratio < item.ci_high
     assert item.p_value is not None and item.p_value < 1e-10
     assert item.hodges_lehmann == pytest.approx(2.0, rel=0.03)
@@ -226,7 +226,7 @@ def test_identical_values_are_unchanged() -> None:
 
 def test_nan_samples_are_ignored_and_all_nan_head_failed() -> None:
     base = timing()
-    rounds = [[*r, np.nan] for r in timing(2.0, seed=11).rounds]
+    rounds = [np.append(r, np.nan) for r in timing(2.0, seed=11).rounds]
     item = compare_sides(base, Measurement(FWD, base.params, rounds=rounds), CONFIG)
     assert item.verdict is Verdict.REGRESSION and item.head_n == 180
     empty = compare_sides(base, Measurement(FWD, base.params, rounds=[[np.nan, np.nan]]), CONFIG)

@@ -97,7 +97,8 @@ def test_mann_whitney_of_identical_or_empty_samples_is_one() -> None:
 
 def test_batched_mann_whitney_equals_one_call_per_pair() -> None:
     rng = np.random.default_rng(1)
-    pairs, dirs = [], []
+    pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    dirs: list[stats.Direction] = []
     for i in range(30):
         n_b, n_h = (20, 20) if i % 3 else (7, 11)
         pairs.append((rng.normal(10, 1, n_b), rng.normal(10 + (i % 5) * 0.3, 1, n_h)))
