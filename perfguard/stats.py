@@ -348,7 +348,7 @@ def _support(side: Side) -> FloatArray:
 
 
 def _median_laws(
-    sides: Sequence[Side], counts: NDArray[np.int64], weights: FloatArray
+    sides: Sequence[Side], counts: NDArray[np.int64], weights: FloatArray, *, one_law: bool
 ) -> tuple[FloatArray, FloatArray, FloatArray | None]:
     """Support and CDFs of the pooled median of each side under the hierarchical bootstrap.
 
@@ -362,11 +362,11 @@ def _median_laws(
     values where the median can fall (:func:`_support`) and mixed over the round compositions.
 
     numpy's median of N values averages the order statistics floor((N+1)/2) and floor(N/2)+1.
-    With fewer than SMALL_POOL samples in a resample both laws are returned and a draw averages
-    the two at the same uniform (adjacent order statistics, so this comonotone coupling is close
-    to exact); above it the two differ by less than one sample spacing and one law, of the
-    half-way rank N/2 + 1/2, stands for both (``cdf_high`` is None).  ``tests/test_stats.py``
-    checks both paths against a plain Monte Carlo bootstrap.
+    Both laws are returned and a draw averages the two at the same uniform (adjacent order
+    statistics, so this comonotone coupling is close to exact), unless ``one_law``: when every
+    resample holds at least SMALL_POOL samples the two differ by less than one sample spacing and
+    one law, of the half-way rank N/2 + 1/2, stands for both (``cdf_high`` is None).
+    ``tests/test_stats.py`` checks both paths against a plain Monte Carlo bootstrap.
 
     Returns (grid, cdf_low, cdf_high), each (len(sides), U): grid rows padded with their last
     value, CDF rows with 1.
@@ -389,10 +389,7 @@ def _median_laws(
     total = draws.sum(axis=2)[..., None]  # (S, M, 1)
     mu = np.matmul(draws, F)  # (S, M, U): expected number of resampled values <= x
     sd = np.sqrt(np.matmul(draws, F * (1.0 - F)))
-    if total.min() >= SMALL_POOL:
-        ranks = [total / 2.0 + 0.5]
-    else:
-        ranks = [np.floor((total + 1) / 2), np.floor(total / 2) + 1]
+    ranks = [total / 2.0 + 0.5] if one_law else [np.floor((total + 1) / 2), np.floor(total / 2) + 1]
     w = weights.astype(np.float32)
     cdfs = []
     for m in ranks:
@@ -464,23 +461,25 @@ def _bootstrap_median_draws(
 ) -> FloatArray:
     """Bootstrap draws of each side's pooled median, one row per side, ``uniforms.shape``."""
     out = np.empty_like(uniforms)
-    analytic: dict[int, list[int]] = {}
+    analytic: dict[tuple[int, bool], list[int]] = {}
     for i, s in enumerate(sides):
         if s.n == 0:
             raise ValueError("no samples to bootstrap")
-        if min(r.size for r in s.rounds) >= ANALYTIC_MIN_SAMPLES:
-            analytic.setdefault(s.k, []).append(i)
+        smallest = min(r.size for r in s.rounds)
+        if smallest >= ANALYTIC_MIN_SAMPLES:
+            analytic.setdefault((s.k, s.k * smallest >= SMALL_POOL), []).append(i)
         else:
             rng = np.random.default_rng([*seeds[i], 1])
             out[i] = _bootstrap_medians_mc(s.rounds, uniforms.shape[1], rng)
-    for k, idx in analytic.items():
-        rng = np.random.default_rng([*seeds[idx[0]], 2])
-        counts, weights = _round_weights(k, rng)
+    for (k, one_law), idx in analytic.items():
+        # Sampled compositions (k > 5) depend on k only, so a side's law never depends on which
+        # other sides share its batch.
+        counts, weights = _round_weights(k, np.random.default_rng([k, 0x5EED]))
         width = max(sides[i].n for i in idx)
         per_chunk = max(1, _CHUNK_ELEMENTS // (len(weights) * max(width, 1)))
         for start in range(0, len(idx), per_chunk):
             chunk = idx[start : start + per_chunk]
-            grid, lo, hi = _median_laws([sides[i] for i in chunk], counts, weights)
+            grid, lo, hi = _median_laws([sides[i] for i in chunk], counts, weights, one_law=one_law)
             u = uniforms[chunk]
             drawn = _draw_rows(grid, lo, u)
             out[chunk] = drawn if hi is None else 0.5 * (drawn + _draw_rows(grid, hi, u))

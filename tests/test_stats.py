@@ -170,14 +170,25 @@ def test_small_rounds_use_monte_carlo_and_still_give_an_interval() -> None:
 
 def test_interval_is_reproducible_and_independent_of_the_batch() -> None:
     rng = np.random.default_rng(5)
-    pairs = [
-        (stats.Side.of(lognormal_rounds(rng, 3, 80)), stats.Side.of(lognormal_rounds(rng, 3, 80, level=f)))
-        for f in (1.0, 1.3, 2.0)
+    shapes = [
+        (3, 80, 1.0),
+        (3, 80, 1.3),
+        (3, 80, 2.0),
+        (7, 30, 1.1),
+        (1, 30, 1.2),
+        (2, 8, 1.0),
+        (3, 120, 0.8),
     ]
-    together = stats.bootstrap_ratio_cis(pairs, seeds=[11, 12, 13])
-    alone = [stats.bootstrap_ratio_ci(b, h, seed=s) for (b, h), s in zip(pairs, (11, 12, 13), strict=True)]
+    pairs = [
+        (stats.Side.of(lognormal_rounds(rng, k, n)), stats.Side.of(lognormal_rounds(rng, k, n, level=f)))
+        for k, n, f in shapes
+    ]
+    seeds = list(range(11, 11 + len(pairs)))
+    together = stats.bootstrap_ratio_cis(pairs, seeds=seeds)
+    alone = [stats.bootstrap_ratio_ci(b, h, seed=s) for (b, h), s in zip(pairs, seeds, strict=True)]
     np.testing.assert_array_equal(together, np.array(alone))
-    np.testing.assert_array_equal(stats.bootstrap_ratio_cis(pairs, seeds=[11, 12, 13]), together)
+    reversed_batch = stats.bootstrap_ratio_cis(pairs[::-1], seeds=seeds[::-1])
+    np.testing.assert_array_equal(reversed_batch[::-1], together)
 
 
 def test_interval_contains_a_planted_ratio_and_respects_direction() -> None:
