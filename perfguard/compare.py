@@ -415,7 +415,9 @@ def _structural(
         error = head.error or "no finite samples"
         if base.status == "ok" and base.side.n:
             return item(Verdict.FAILED, f"worked in the baseline, failed in head: {error}")
-        return item(Verdict.FAILED, f"failed in head and in the baseline: {error}", False)
+        before = {"failed": "failed in the baseline too", "skipped": "skipped in the baseline"}
+        was = before.get(base.status, "the baseline measured nothing")
+        return item(Verdict.FAILED, f"failed in head ({was}, so not caused here): {error}", False)
     if head.status == "skipped" or base.status == "skipped":
         where = "head" if head.status == "skipped" else "the baseline"
         why = (head.error if head.status == "skipped" else base.error) or "cannot run here"
