@@ -336,6 +336,7 @@ class _Pair:
     ci: tuple[float, float] = (math.nan, math.nan)
     p_raw: float = 1.0
     p_adj: float = 1.0
+    family: int = 1  # gated timings the p-value was adjusted over
     noise: stats.Noise = field(default_factory=lambda: stats.Noise(0.0, None))
 
 
@@ -474,7 +475,8 @@ def _decide_timing(pair: _Pair, config: Config, p_better: float) -> tuple[Verdic
         if noisy:
             why = f"too noisy to decide ({_noise_text(pair.noise, config)})"
         elif pair.p_adj >= alpha:
-            why = f"not significant (p >= {alpha:g})"
+            why = f"not significant (p >= {alpha:g}"
+            why += f" after Holm over {pair.family} benchmarks)" if pair.family > 1 else ")"
         else:
             why = f"the {pct}% CI reaches down to {ci_lo:.2f} (needs > {lo_bound:.2f})"
         return Verdict.UNSTABLE, f"{line(pair.p_adj)}; {why}"
@@ -573,6 +575,7 @@ def _compare_pairs(pairs: list[_Pair], config: Config) -> list[Item]:
             p.ci = (float(cis[i, 0]), float(cis[i, 1]))
         for j, i in enumerate(gated_idx):
             timing[i].p_adj = float(adjusted[j])
+            timing[i].family = len(gated_idx)
     family = max(1, sum(p.gated for p in timing))
     items = []
     for p in pairs:

@@ -351,6 +351,7 @@ def test_significance_is_holm_adjusted_over_the_suite() -> None:
     assert item.p_raw == pytest.approx(1 / 252)
     assert item.p_value == pytest.approx(10 / 252)  # the smallest of ten: times 10
     assert item.verdict is Verdict.UNSTABLE and not item.fails
+    assert "not significant (p >= 0.01 after Holm over 10 benchmarks)" in item.reason
 
 
 def test_ci_of_an_item_does_not_depend_on_the_rest_of_the_suite() -> None:
