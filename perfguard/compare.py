@@ -706,17 +706,25 @@ def decide_after_retry(first: Item, retry: Item) -> Item:
 
     The re-measurement (baseline and head interleaved in fresh processes) decides: the stage-1
     data were taken in two sessions, which is what made the item a suspect.  A regression is
-    only reported when it holds again on the re-measurement, and when its interval's lower end
-    also exceeds the spread between rounds of the same code seen in the *first* measurement
-    (a benchmark whose processes land 2x apart can show a clean 2x between five rounds and five
-    by chance; docs/verdicts.md, "bimodal benchmarks").
+    only reported when it holds again on the re-measurement.  One piece of the first
+    measurement is kept: its *round spread*, how far apart fresh processes of the same code
+    landed.  When that exceeds 1 + threshold (a launch-bound benchmark whose processes run at one
+    of two speeds), five rounds against five can show up to that factor by chance, so the
+    re-measurement's interval must clear spread x (1 + threshold/2), the margin ``L > 1 +
+    threshold/2`` asks of any benchmark, scaled by the spread (docs/verdicts.md, "Stage 2").
     """
     if first.key != retry.key:
         raise ValueError(f"retry of {retry.benchmark} ({retry.params_key}) given for {first.key}")
     spread = first.round_spread or 1.0
-    if retry.verdict is Verdict.REGRESSION and retry.ci_low is not None and retry.ci_low <= spread:
-        why = f"but rounds of the same code differed by up to {spread:.2f}× in the first measurement"
-        retry = replace(retry, verdict=Verdict.UNSTABLE, reason=f"{retry.reason}; {why}")
+    t = retry.threshold
+    if retry.verdict is Verdict.REGRESSION and spread > 1 + t:
+        needed = spread * (1 + t / 2)
+        if retry.ci_low is not None and retry.ci_low <= needed:
+            why = (
+                f"but fresh processes of the same code landed up to {spread:.2f}× apart in the first "
+                f"measurement: a regression needs the CI above {needed:.2f}"
+            )
+            retry = replace(retry, verdict=Verdict.UNSTABLE, reason=f"{retry.reason}; {why}")
     if retry.verdict is Verdict.REGRESSION:
         prefix = "confirmed on re-measurement"
     elif first.verdict is Verdict.REGRESSION:

@@ -468,4 +468,24 @@ def test_retry_is_not_a_regression_when_the_first_rounds_disagreed_as_much() -> 
     assert alone.verdict is Verdict.REGRESSION  # the re-measurement alone looks clean
     final = apply_retry(first, [retry_base], [retry_head], CONFIG).items[0]
     assert final.verdict is Verdict.UNSTABLE and final.retried and not final.fails
-    assert "differed by up to 2.20× in the first measurement" in final.reason
+    assert (
+        "landed up to 2.20× apart in the first measurement: a regression needs the CI above 2.42"
+        in final.reason
+    )
+
+
+def test_retry_clears_the_spread_guard_when_the_change_is_far_larger() -> None:
+    fast = 1.0e-3 * (1 + 0.01 * np.arange(40) / 40)
+    first = compare_suite(
+        [Measurement(FWD, {"impl": "x"}, rounds=[fast, 1.3 * fast, fast])],
+        [Measurement(FWD, {"impl": "x"}, rounds=[3 * fast, 3.9 * fast, 3 * fast])],
+        CONFIG,
+    )
+    assert first.items[0].round_spread == pytest.approx(1.3)
+    final = apply_retry(
+        first,
+        [Measurement(FWD, {"impl": "x"}, rounds=[fast * (1 + 0.01 * i) for i in range(5)])],
+        [Measurement(FWD, {"impl": "x"}, rounds=[3 * fast * (1 + 0.01 * i) for i in range(5)])],
+        CONFIG,
+    ).items[0]
+    assert final.verdict is Verdict.REGRESSION and final.fails  # 3x > 1.3 x 1.1
