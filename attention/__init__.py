@@ -19,6 +19,7 @@ _EXPORTS = {
     "ImprovedMultiheadDilatedAttention": "attention.multihead",
     "RingMultiheadDilatedAttention": "attention.multihead",
     "BlockSparseRingMultiheadDilatedAttention": "attention.multihead",
+    "HilbertRingMultiheadDilatedAttention": "attention.multihead",
     "create_dilated_attention": "attention.factory",
     "create_multihead_dilated_attention": "attention.factory",
     "dilated_pattern": "attention.pattern",

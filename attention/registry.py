@@ -94,6 +94,8 @@ class ImplSpec:
             kwargs.setdefault("num_heads", cfg.shape.num_heads)
             module = create_dilated_attention(self.name, device=device, dtype=dtype, **kwargs)
         else:
+            # num_heads only feeds attention_pattern's default; the config's head count is the natural one
+            kwargs.setdefault("num_heads", cfg.shape.num_heads)
             module = create_dilated_attention(self.name, **kwargs)
             module = module.to(device=device, dtype=dtype) if (device or dtype) else module
         return module.eval()
@@ -211,7 +213,7 @@ _SPECS: list[ImplSpec] = [
         "attention.block_sparse:BlockSparseRingDilatedAttention",
         "multihead_block_sparse_ring",
         "attention.multihead:BlockSparseRingMultiheadDilatedAttention",
-        extra_cpu={"sparsity": 0.9, "block_size": 8, "pattern": "local_window", "ring_size": 2},
+        extra_cpu={"sparsity": 0.9, "block_size": 4, "pattern": "local_window", "ring_size": 2},
         extra_gpu={"sparsity": 0.9, "block_size": 128, "pattern": "local_window", "ring_size": 2},
         extra_bench={"sparsity": 0.9, "block_size": 128, "pattern": "local_window", "ring_size": 1},
         description="one exact softmax over the active blocks of its own block-sparse pattern",

@@ -1,11 +1,15 @@
-"""``perfguard db``: create or upgrade the history store's schema (owner: issue 4)."""
+"""``perfguard db``: create, upgrade and inspect the history store's schema (Alembic, run in code).
+
+Every command that opens the store migrates it anyway; ``db upgrade`` exists so that a fleet's
+shared PostgreSQL database can be upgraded once, on purpose, before runners with a newer perfguard
+use it, and ``db current`` says where a database stands without changing it.
+"""
 
 from __future__ import annotations
 
 import click
 
 from perfguard.cli.options import db_option
-from perfguard.errors import PerfguardError
 
 
 @click.group()
@@ -17,4 +21,56 @@ def db() -> None:
 @db_option
 def upgrade(db_url: str | None) -> None:
     """Create the schema or migrate it to the newest version."""
-    raise PerfguardError("perfguard db upgrade is not built yet")
+    from perfguard.store import Store
+
+    with Store.open(db_url) as store:
+        before, head = store.migrated_from, store.schema_state.head
+        if before == head:
+            click.echo(f"{store.url}: schema up to date (revision {head})")
+        elif before is None:
+            click.echo(f"{store.url}: created the schema (revision {head})")
+        else:
+            click.echo(f"{store.url}: upgraded the schema from revision {before} to {head}")
+
+
+@db.command()
+@db_option
+def current(db_url: str | None) -> None:
+    """Show the schema revision of the store, changing nothing."""
+    from perfguard.store import Store, resolve
+
+    store_url = resolve(db_url)
+    path = store_url.sqlite_path
+    if path is not None and not path.exists():
+        click.echo(f"{store_url.masked}: no history store there yet (perfguard db upgrade creates it)")
+        return
+    with Store.open(db_url, migrate=False) as store:
+        state = store.schema_state
+    if state.up_to_date:
+        click.echo(f"{store.url}: revision {state.current} (up to date)")
+    elif state.current is None:
+        click.echo(f"{store.url}: empty, no perfguard schema yet (perfguard db upgrade creates it)")
+    else:
+        click.echo(
+            f"{store.url}: revision {state.current}; this perfguard's newest is {state.head} "
+            "(run perfguard db upgrade)"
+        )
+
+
+@db.command()
+@click.option("-m", "--message", required=True, help="What the migration changes, e.g. 'add run notes'.")
+def revision(message: str) -> None:
+    """For developers: write a new migration from changes to perfguard/store/models.py.
+
+    Compares the models with a scratch SQLite store at the current newest revision and writes the
+    difference to perfguard/migrations/versions/ (review it, and check it on PostgreSQL too).
+    """
+    import tempfile
+    from pathlib import Path
+
+    from perfguard.store import Store
+    from perfguard.store.schema import write_revision
+
+    with tempfile.TemporaryDirectory() as scratch, Store.open(f"sqlite:///{Path(scratch) / 'x.db'}") as store:
+        path = write_revision(store.engine, message)
+    click.echo(f"wrote {path}")

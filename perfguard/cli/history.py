@@ -1,21 +1,249 @@
-"""``perfguard history``: the stored series as a table (owner: issue 5)."""
+"""``perfguard history``: the stored series as a table, or as JSON.
+
+One section per series (machine key x benchmark x params), newest commit first, with each
+commit's value, its spread (interquartile range relative to the value), the samples behind it, and
+the change from the commit before.  Changes beyond the default 20% threshold in the worse
+direction are red, in the better direction green: a quick look, not a verdict (``perfguard check``
+decides with statistics).
+"""
 
 from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from perfguard.cli.options import db_option
-from perfguard.errors import PerfguardError
+
+if TYPE_CHECKING:
+    from perfguard.store import Series, SeriesPoint, Store
+
+_HIGHLIGHT = 0.20  # the default regression threshold (DESIGN.md)
 
 
 @click.command()
-@click.option("--impl", default=None, help="Only this implementation.")
+@click.option("--impl", default=None, help="Only this implementation (exact name).")
 @click.option("--benchmark", default=None, help="Only benchmarks whose name contains this.")
 @click.option("--machine", default=None, help="Only machines whose key contains this.")
-@click.option("--limit", type=int, default=20, show_default=True, help="Most recent commits per series.")
+@click.option("--profile", default=None, help="Only runs of this profile.")
+@click.option("--branch", default=None, help="Only commits recorded on this branch.")
+@click.option("--include-dirty", is_flag=True, help="Also show dirty work trees (HEAD plus changes).")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Most recent commits per series.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    default=None,
+    help="Write the series as JSON to this file ('-' for stdout, instead of the table).",
+)
 @db_option
 def history(
-    impl: str | None, benchmark: str | None, machine: str | None, limit: int, db_url: str | None
+    impl: str | None,
+    benchmark: str | None,
+    machine: str | None,
+    profile: str | None,
+    branch: str | None,
+    include_dirty: bool,
+    limit: int,
+    json_path: Path | None,
+    db_url: str | None,
 ) -> None:
     """Print the stored series (filters: implementation, benchmark, machine)."""
-    raise PerfguardError("perfguard history is not built yet")
+    from perfguard.errors import StoreError
+    from perfguard.store import Store, resolve
+
+    store_url = resolve(db_url)
+    path = store_url.sqlite_path
+    if path is not None and not path.exists():
+        if not store_url.is_default:
+            raise StoreError(
+                f"there is no history store at {path}",
+                hint="check --db (or PERFGUARD_DB); perfguard run creates the store when it records results",
+            )
+        _say_empty(json_path, store_url.masked, "no history store here yet: perfguard run records results")
+        return
+
+    with Store.open(db_url) as store:
+        found = store.series(
+            machine=machine,
+            benchmark=benchmark,
+            impl=impl,
+            profile=profile,
+            branch=branch,
+            include_dirty=include_dirty,
+            last=limit,
+            match="contains",
+        )
+        if not found and json_path is None:
+            click.echo(_nothing_found(store, impl=impl, benchmark=benchmark, machine=machine), err=True)
+            return
+        if json_path is not None:
+            _write_json(json_path, store.url, found)
+        else:
+            _print_table(store.url, found)
+
+
+def _say_empty(json_path: Path | None, where: str, message: str) -> None:
+    if json_path is not None:
+        _write_json(json_path, where, [])
+    else:
+        click.echo(f"{where}: {message}", err=True)
+
+
+def _nothing_found(store: Store, *, impl: str | None, benchmark: str | None, machine: str | None) -> str:
+    filters = {"impl": impl, "benchmark": benchmark, "machine": machine}
+    given = ", ".join(f"{name}={value!r}" for name, value in filters.items() if value is not None)
+    if not given:
+        return f"{store.url}: no results stored yet (perfguard run records some)"
+    lines = [f"{store.url}: no stored series match {given}"]
+    for name, value in filters.items():
+        if value is not None:
+            known = store.distinct(name)
+            shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
+            lines.append(f"  stored {name} values: {shown or '(none)'}")
+    return "\n".join(lines)
+
+
+# --- JSON ----------------------------------------------------------------------------------------
+
+
+def _write_json(json_path: Path, where: str, found: list[Series]) -> None:
+    document = {"store": where, "series": [_series_json(s) for s in found]}
+    text = json.dumps(document, indent=2, allow_nan=False) + "\n"
+    if str(json_path) == "-":
+        click.echo(text, nl=False)
+    else:
+        json_path.write_text(text)
+
+
+def _series_json(series: Series) -> dict[str, Any]:
+    return {
+        "machine_key": series.machine_key,
+        "machine_label": series.machine_label,
+        "benchmark": series.benchmark,
+        "impl": series.impl,
+        "params": dict(series.params),
+        "params_key": series.params_key,
+        "metric": series.metric,
+        "unit": series.unit,
+        "direction": series.direction,
+        "gated": series.gated,
+        "points": [
+            {
+                "sha": p.sha,
+                "committed_at": p.committed_at.isoformat(),
+                "branch": p.branch,
+                "subject": p.subject,
+                "dirty": p.dirty,
+                "status": p.status,
+                "value": p.value,
+                "q25": p.q25,
+                "q75": p.q75,
+                "n_runs": p.n_runs,
+                "n_samples": p.n_samples,
+                "method": p.method,
+                "error": p.error,
+            }
+            for p in series.points
+        ],
+    }
+
+
+# --- table ---------------------------------------------------------------------------------------
+
+
+def _print_table(where: str, found: list[Series]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, 200)  # logs and pipes: do not squeeze the table to 80 columns
+    n_points = sum(len(s.points) for s in found)
+    table = Table(title=f"{len(found)} series, {n_points} points: {where}", title_justify="left")
+    table.add_column("machine", overflow="fold")
+    table.add_column("benchmark", overflow="fold")
+    table.add_column("params", overflow="fold")
+    table.add_column("commit", no_wrap=True)
+    table.add_column("date (UTC)", no_wrap=True)
+    table.add_column("value", justify="right")
+    table.add_column("IQR", justify="right")
+    table.add_column("n", justify="right")
+    table.add_column("change", justify="right")
+    for series in found:
+        table.add_section()
+        points = list(series.points)
+        for i, point in reversed(list(enumerate(points))):
+            first = i == len(points) - 1
+            older = points[i - 1] if i > 0 else None
+            table.add_row(
+                series.machine_key if first else "",
+                _short_benchmark(series.benchmark) if first else "",
+                series.params_key if first else "",
+                point.sha[:10] + ("+dirty" if point.dirty else ""),
+                point.committed_at.strftime("%Y-%m-%d %H:%M"),
+                _value(point, series.unit),
+                _spread(point),
+                f"{point.n_samples}" + (f" ({point.n_runs} runs)" if point.n_runs > 1 else ""),
+                _change(point, older, series.direction),
+            )
+    console.print(table)
+
+
+def _short_benchmark(name: str) -> str:
+    """``bench_attention.Forward.track_time`` -> ``Forward.track_time`` (the suite module is noise)."""
+    parts = name.split(".")
+    return ".".join(parts[1:]) if len(parts) > 2 else name
+
+
+def _value(point: SeriesPoint, unit: str) -> str:
+    if point.value is None:
+        return f"[dim]{point.status}[/dim]"
+    return format_value(point.value, unit)
+
+
+def format_value(value: float, unit: str) -> str:
+    """A number in a readable unit: 1.23 ms, 4.5 GiB, 1.2 M tokens/s."""
+    if unit == "seconds":
+        for scale, name in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+            if abs(value) >= scale:
+                return f"{value / scale:.4g} {name}"
+        return f"{value / 1e-9:.4g} ns"
+    if unit == "bytes":
+        for scale, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+            if abs(value) >= scale:
+                return f"{value / scale:.4g} {name}"
+        return f"{value:.0f} B"
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:.4g} M {unit}"
+    if abs(value) >= 1e3:
+        return f"{value / 1e3:.4g} k {unit}"
+    return f"{value:.4g} {unit}"
+
+
+def _spread(point: SeriesPoint) -> str:
+    if point.value is None or point.q25 is None or point.q75 is None or point.value == 0:
+        return ""
+    return f"{(point.q75 - point.q25) / abs(point.value):.1%}"
+
+
+def _change(point: SeriesPoint, older: SeriesPoint | None, direction: str) -> str:
+    if older is None or point.value is None or older.value is None or older.value == 0:
+        return ""
+    change = point.value / older.value - 1.0
+    if not math.isfinite(change):
+        return ""
+    text = f"{change:+.1%}"
+    worse = change > 0 if direction == "lower" else change < 0
+    if abs(change) > _HIGHLIGHT:
+        return f"[red]{text}[/red]" if worse else f"[green]{text}[/green]"
+    return text

@@ -2,7 +2,8 @@
 
 One row per machine *class* (the baseline key: GPU name x count, or CPU model), per commit, per
 run (one asv invocation on one commit on one machine, written in one transaction), per result
-(benchmark x params of a run, with its raw samples), per check and per check item (one verdict).
+(benchmark x params of a run; its raw samples in ``result_data``), per check and per check item
+(one verdict).
 Software versions and the full fingerprint are stored with every run, not in the key, so a
 comparison across different software can say so.  The schema is versioned by Alembic
 (``perfguard/migrations``); change a model only together with a new migration.
@@ -10,20 +11,72 @@ comparison across different software can say so.  The schema is versioned by Ale
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+# Named constraints, so that later migrations can drop or alter them by name on every backend
+# (SQLite's batch mode needs names; PostgreSQL would otherwise invent its own).
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp stored in UTC and always read back timezone-aware.
+
+    SQLite has no time zones: SQLAlchemy writes the wall-clock fields and drops the offset, so
+    ``10:00+02:00`` would sort after ``09:00+00:00``.  Converting to UTC on the way in makes
+    ordering by date correct on every backend, and tagging UTC on the way out makes SQLite and
+    PostgreSQL return the same values.  Naive datetimes are refused by the store before writing.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: pass a timezone-aware datetime")
+        return value.astimezone(timezone.utc)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
 
 
 class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map: ClassVar[dict[Any, Any]] = {
         dict[str, Any]: JSON,
         list[Any]: JSON,
         list[float]: JSON,
         list[str]: JSON,
-        datetime: DateTime(timezone=True),
+        datetime: UTCDateTime(),
     }
 
 
@@ -64,9 +117,11 @@ class Run(Base):
     """One asv invocation on one commit on one machine; committed whole or not at all."""
 
     __tablename__ = "runs"
+    # What compare asks for: the runs of one commit on one machine key and profile.
+    __table_args__ = (Index(None, "machine_id", "commit_id", "profile"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    machine_id: Mapped[int] = mapped_column(ForeignKey("machines.id"), index=True)
+    machine_id: Mapped[int] = mapped_column(ForeignKey("machines.id"))
     commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"), index=True)
     profile: Mapped[str] = mapped_column(String(32))
     purpose: Mapped[str] = mapped_column(String(16))  # run | baseline | head | retry | calibrate
@@ -85,33 +140,53 @@ class Run(Base):
 
 
 class Result(Base):
-    """One benchmark x params of a run: the median, the raw samples and how they were taken."""
+    """One benchmark x params of a run: the median and how it was measured (samples: ResultData)."""
 
     __tablename__ = "results"
-    __table_args__ = (UniqueConstraint("run_id", "benchmark", "params_key"),)
+    __table_args__ = (
+        UniqueConstraint("run_id", "benchmark", "params_key"),
+        Index(None, "benchmark", "params_key"),  # one series; its prefix serves a benchmark filter
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    benchmark: Mapped[str] = mapped_column(String(255), index=True)  # asv name
+    # No index of its own: the unique constraint (run_id, benchmark, params_key) serves lookups by run.
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    benchmark: Mapped[str] = mapped_column(String(255))  # asv name
     impl: Mapped[str] = mapped_column(String(128), index=True)
-    params: Mapped[dict[str, Any]]
     params_key: Mapped[str] = mapped_column(String(512))  # canonical "k=v,k=v" (sorted)
+    params: Mapped[dict[str, Any]]
     metric: Mapped[str] = mapped_column(String(32))  # time | memory | throughput | efficiency
     unit: Mapped[str] = mapped_column(String(32))  # seconds | bytes | tokens/s | TFLOP/s
     direction: Mapped[str] = mapped_column(String(8))  # lower | higher (is better)
     gated: Mapped[bool] = mapped_column(Boolean)
     status: Mapped[str] = mapped_column(String(16))  # ok | failed | skipped
     value: Mapped[float | None] = mapped_column(Float)
-    samples: Mapped[list[float] | None]
     n_samples: Mapped[int] = mapped_column(Integer, default=0)
     q25: Mapped[float | None] = mapped_column(Float)
     q75: Mapped[float | None] = mapped_column(Float)
     method: Mapped[str | None] = mapped_column(String(32))  # cuda-graph | cuda-events | cpu-wall
-    info: Mapped[dict[str, Any]]
-    error: Mapped[str | None] = mapped_column(Text)
     benchmark_version: Mapped[str | None] = mapped_column(String(128))
+    error: Mapped[str | None] = mapped_column(Text)
 
     run: Mapped[Run] = relationship(back_populates="results")
+    data: Mapped[ResultData] = relationship(back_populates="result", cascade="all, delete-orphan")
+
+
+class ResultData(Base):
+    """The bulky part of a result, kept out of ``results``: its raw samples and timing details.
+
+    A result row is ~200 bytes without them and 1-3 KB with them; the history (every result of
+    every commit, never the samples) scans ``results`` only, ten times fewer pages.  Compare reads
+    both in one join.
+    """
+
+    __tablename__ = "result_data"
+
+    result_id: Mapped[int] = mapped_column(ForeignKey("results.id", ondelete="CASCADE"), primary_key=True)
+    samples: Mapped[list[float] | None]
+    info: Mapped[dict[str, Any]]  # eager median, warm-up, NVML readings per round, settings
+
+    result: Mapped[Result] = relationship(back_populates="data")
 
 
 class Check(Base):

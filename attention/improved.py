@@ -1,0 +1,116 @@
+"""``ImprovedDilatedAttention``: the same function as ``dilated``, built to be fast.
+
+Per branch, all heads at once (in ``longnet`` mode every head keeps exactly ``w/r`` positions of
+a full segment, each at its own offset), one ``index_select`` gathers q, k and v into contiguous
+``(batch*segments, heads, w/r, head_dim)`` tensors, a fused kernel with log-sum-exp
+(cuDNN / FlashAttention-2 / memory-efficient on CUDA, the CPU flash kernel on CPU, exact math
+elsewhere; see :mod:`attention._kernels`) attends inside every segment, and the result is merged
+into a float32 accumulator by log-sum-exp.  A segment cut by the end of the sequence is one
+extra small call per offset group, with exactly its kept positions (no padding, no mask).
+
+The call sequence depends only on shapes, never on data: no ``.item()``, no host
+synchronisation, nothing data-dependent in Python, so the forward and backward can be captured
+in a CUDA graph (index tensors are built on the first call for a shape and cached).
+
+Backward is a custom autograd function that replays each branch's kernel backward with the merged
+output and LSE, so gradients are exact including through the branch mixture weights (torchscale
+computes those weights under ``no_grad``; that is wrong for this function).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from attention._base import DilatedAttentionBase
+from attention._engine import PlanCache, SegmentAttentionFunction, SegmentPlan, differentiable_forward
+from attention._kernels import BACKENDS, KernelSet
+
+
+class SegmentEngineAttention(DilatedAttentionBase):
+    """Base of the modules that run on the segment engine (``improved``, ``ring``, ``hilbert_ring``).
+
+    ``backend`` picks the kernel: ``"auto"`` (fastest available, with run-time fallback) or one of
+    ``cudnn``, ``flash``, ``efficient``, ``cpu_flash``, ``math``.
+    """
+
+    def __init__(
+        self,
+        *,
+        segment_lengths: Sequence[int],
+        dilation_rates: Sequence[int],
+        mode: str = "longnet",
+        softmax_scale: float | None = None,
+        dropout: float = 0.0,
+        num_heads: int | None = None,
+        backend: str = "auto",
+    ) -> None:
+        super().__init__(
+            segment_lengths=segment_lengths,
+            dilation_rates=dilation_rates,
+            mode=mode,
+            softmax_scale=softmax_scale,
+            dropout=dropout,
+            num_heads=num_heads,
+        )
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.backend = backend
+        self._plans = PlanCache()
+
+    # subclasses define how the sequence is cut and in which order chunk pairs are visited
+    def _chunk_lengths(self, seq_len: int) -> tuple[int, ...]:
+        return (seq_len,)
+
+    def _pairs(self, chunks: int) -> tuple[tuple[int, int], ...]:
+        return ((0, 0),)
+
+    def _plan(self, q: torch.Tensor, is_causal: bool, lengths: tuple[int, ...]) -> SegmentPlan:
+        from attention._distributed import chunks_connected
+        from attention._plan import chunk_bounds
+
+        _, n, h, d = q.shape
+        scale = self._scale(d)
+        key = (n, h, d, q.dtype, q.device, bool(is_causal), lengths, scale, self.backend)
+
+        def build() -> SegmentPlan:
+            bounds = chunk_bounds(lengths)
+            # only chunk pairs that some segment connects (and, causal, not in the future)
+            pairs = tuple(
+                (a, c)
+                for a, c in self._pairs(len(lengths))
+                if chunks_connected(bounds, a, c, self.segment_lengths, is_causal)
+            )
+            return SegmentPlan(
+                seq_len=n,
+                num_heads=h,
+                segment_lengths=self.segment_lengths,
+                dilation_rates=self.dilation_rates,
+                mode=self.mode,
+                bounds=bounds,
+                pairs=pairs,
+                is_causal=bool(is_causal),
+                scale=scale,
+                kernels=KernelSet(q.device, q.dtype, d, self.backend),
+                device=q.device,
+            )
+
+        return self._plans.get(key, build)
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = False
+    ) -> torch.Tensor:
+        _, n, _, _ = self._check_inputs(q, k, v)
+        plan = self._plan(q, is_causal, self._chunk_lengths(n))
+        dropout_p = self._dropout_p()
+        if dropout_p > 0.0:
+            return differentiable_forward(plan, q, k, v, dropout_p)
+        return SegmentAttentionFunction.apply(q, k, v, plan)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, backend={self.backend!r}"
+
+
+class ImprovedDilatedAttention(SegmentEngineAttention):
+    """Dilated attention on fused kernels: one chunk, every branch gathered once for all heads."""

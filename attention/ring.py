@@ -1,0 +1,139 @@
+"""``RingDilatedAttention``: dilated attention over ``ring_size`` key/value chunks.
+
+The sequence is cut into ``ring_size`` contiguous chunks.  Query chunk ``a`` meets key/value
+chunks ``a, a−1, a−2, …`` in turn; every chunk pair contributes the dense pieces of the segments
+that span both chunks (:mod:`attention._plan`), merged into chunk ``a``'s accumulator by
+log-sum-exp (online softmax).  Only one query chunk's float32 accumulator and one pair's
+gathered tensors are alive at a time, so the attention intermediates are O(n / ring_size).
+Causal masking uses global positions: a key chunk entirely after the query chunk is skipped,
+a chunk before it needs no mask, the diagonal chunk is causal inside each segment; a row with no
+visible key is 0, never NaN.  The result is exactly ``dilated``'s function (same pattern).
+
+Distributed: when ``torch.distributed`` is initialised with more than one rank (or with
+``sequence_parallel=True``), each rank passes its own contiguous shard of q, k and v (sequence
+split; shards may differ in length) and gets its output shard back; key/value shards travel
+around the ring (:mod:`attention._distributed`).  The number of chunks is then the world size
+(``ring_size``, if given, must equal it).  Pass ``sequence_parallel=False`` to keep the
+single-device ring under data parallelism, where every rank holds whole sequences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from attention._distributed import DistributedRingFunction, gather_shapes, ring_steps
+from attention._plan import chunk_bounds, ring_pairs, split_lengths
+from attention.improved import SegmentEngineAttention
+
+
+class RingDilatedAttention(SegmentEngineAttention):
+    """Dilated attention computed chunk pair by chunk pair around a ring (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        segment_lengths: Sequence[int],
+        dilation_rates: Sequence[int],
+        mode: str = "longnet",
+        softmax_scale: float | None = None,
+        dropout: float = 0.0,
+        num_heads: int | None = None,
+        ring_size: int | None = None,
+        sequence_parallel: bool | None = None,
+        process_group: Any = None,
+        backend: str = "auto",
+    ) -> None:
+        super().__init__(
+            segment_lengths=segment_lengths,
+            dilation_rates=dilation_rates,
+            mode=mode,
+            softmax_scale=softmax_scale,
+            dropout=dropout,
+            num_heads=num_heads,
+            backend=backend,
+        )
+        if ring_size is not None and (
+            isinstance(ring_size, bool) or not isinstance(ring_size, int) or ring_size <= 0
+        ):
+            raise ValueError(f"ring_size must be a positive int or None, got {ring_size!r}")
+        self.ring_size = ring_size
+        self.sequence_parallel = sequence_parallel
+        self.process_group = process_group
+
+    # -- single device --------------------------------------------------------------------------
+    def _chunk_lengths(self, seq_len: int) -> tuple[int, ...]:
+        return split_lengths(seq_len, min(self.ring_size or 1, seq_len))
+
+    def _pairs(self, chunks: int) -> tuple[tuple[int, int], ...]:
+        return tuple(ring_pairs(chunks))
+
+    # -- distributed ----------------------------------------------------------------------------
+    def _distributed(self) -> bool:
+        import torch.distributed as dist
+
+        ready = dist.is_available() and dist.is_initialized()
+        if self.sequence_parallel is None:
+            return ready and dist.get_world_size(self.process_group) > 1
+        if self.sequence_parallel and not ready:
+            raise ValueError("sequence_parallel=True needs torch.distributed to be initialised")
+        return bool(self.sequence_parallel)
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = False
+    ) -> torch.Tensor:
+        if not self._distributed():
+            return super().forward(q, k, v, is_causal=is_causal)
+        import torch.distributed as dist
+
+        self._check_inputs(q, k, v)
+        group = self.process_group
+        world = dist.get_world_size(group)
+        if self.ring_size is not None and self.ring_size != world:
+            raise ValueError(
+                f"sequence-parallel ring: ring_size={self.ring_size} must equal the world size {world} "
+                "(one chunk per rank), or be None"
+            )
+        if self._dropout_p() > 0.0:
+            raise NotImplementedError(
+                "dropout in training is not supported by the sequence-parallel ring; use dropout=0 or eval()"
+            )
+        lengths = tuple(s[1] for s in gather_shapes(q, group))
+        n = sum(lengths)
+        rank = dist.get_rank(group)
+        bounds = chunk_bounds(lengths)
+        steps = ring_steps(bounds, self.segment_lengths, is_causal)
+        # the plan is global (global positions); this rank only visits its own query chunk
+        plan = self._plan_global(q, n, lengths, is_causal, rank, steps, world)
+        return DistributedRingFunction.apply(q, k, v, plan, group, steps)
+
+    def _plan_global(self, q, n, lengths, is_causal, rank, steps, world):
+        from attention._engine import SegmentPlan
+        from attention._kernels import KernelSet
+
+        d = q.shape[-1]
+        h = q.shape[2]
+        scale = self._scale(d)
+        key = ("dist", n, h, d, q.dtype, q.device, bool(is_causal), lengths, rank, scale, self.backend)
+
+        def build() -> SegmentPlan:
+            return SegmentPlan(
+                seq_len=n,
+                num_heads=h,
+                segment_lengths=self.segment_lengths,
+                dilation_rates=self.dilation_rates,
+                mode=self.mode,
+                bounds=chunk_bounds(lengths),
+                pairs=tuple((rank, (rank - s) % world) for s in range(steps)),
+                is_causal=bool(is_causal),
+                scale=scale,
+                kernels=KernelSet(q.device, q.dtype, d, self.backend),
+                device=q.device,
+            )
+
+        return self._plans.get(key, build)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, ring_size={self.ring_size}"

@@ -1,0 +1,108 @@
+"""The history store: runs, results and checks per machine key and commit (SQLite or PostgreSQL).
+
+Everything the rest of perfguard needs is importable from here; nothing outside this package
+touches SQLAlchemy sessions or ORM objects.
+
+Opening::
+
+    store = Store.open(url)   # url: any SQLAlchemy URL, or None for $PERFGUARD_DB, else
+                              # sqlite:///<repo root>/.perfguard/history.db (directory created).
+                              # postgresql:// means psycopg 3.  Migrates the schema to head.
+                              # Every failure (bad URL, missing driver, unreachable server, wrong
+                              # password, schema newer than this perfguard) is a StoreError (exit 2)
+                              # naming the URL with its password masked.
+    with Store.open(url) as store: ...   # closes the engine on exit
+
+Writing (each call is one transaction, validated completely before it starts; a bad value raises
+StoreError and nothing is written; an interrupted write leaves the store as it was)::
+
+    store.get_or_create_machine(key, kind, label, attributes) -> StoredMachine
+    store.get_or_create_commit(sha, base_sha, dirty, branch, parents, subject, author,
+                               committed_at) -> StoredCommit
+    store.record_run(machine: MachineRecord, commit: CommitRecord, *, profile, purpose="run",
+                     round=0, software, fingerprint, settings, command="", started_at,
+                     finished_at, results: Sequence[ResultRecord]) -> StoredRun
+    store.record_check(machine, head: CommitRecord, base: CommitRecord, *, baseline_ref, profile,
+                       threshold, verdict, exit_code, summary, environment, config, command="",
+                       created_at=None, items: Sequence[CheckItemRecord]) -> int  (the check id)
+
+``record_run`` and ``record_check`` create the machine and commits in the same transaction when
+they are new, so calling ``get_or_create_*`` first is optional (their return values are records
+too).  Machines and commits are matched by key / sha; an existing row is never changed.
+Datetimes must be timezone-aware; they are stored in UTC and read back as UTC.
+
+Reading for compare (one query each, no N+1; ``purposes`` defaults to MEASUREMENT_PURPOSES =
+run, baseline, head; ask for ``("retry",)`` to get the interleaved re-measurements)::
+
+    store.has_complete_run(machine_key, sha, profile, purposes=...) -> bool
+    store.runs_for(machine_key, sha, profile, purposes=...) -> list[StoredRun]   # software etc.
+    store.results_for(machine_key, sha, profile, purposes=...) -> ResultsByKey
+        # {(benchmark, params_key): [StoredResult per run, oldest first]}; each StoredResult has
+        # .samples (that round's samples), .value, .q25, .q75, .round, .run_id, .purpose, ...
+    store.get_check(check_id) -> StoredCheck | None                            # with .items
+
+Reading history (the site and ``perfguard history``; never loads samples)::
+
+    store.series(machine=None, benchmark=None, impl=None, params_key=None, profile=None,
+                 branch=None, purposes=MEASUREMENT_PURPOSES, include_dirty=False, last=None,
+                 match="exact" | "contains") -> list[Series]
+        # one Series per (machine key, benchmark, params_key), points = one per commit, oldest
+        # first by commit date; a commit measured several times is the median of its runs.
+    store.latest(**same filters) -> list[Series]      # each cut to its newest commit
+    store.machines() -> list[StoredMachine]
+    store.distinct("impl" | "benchmark" | "machine") -> list[str]
+
+``params_key(params)`` builds the canonical ``k=v,k=v`` key; ``ResultRecord`` fills it in (and
+``n_samples``, and the median / quartiles of ``samples`` when not given) by itself.
+"""
+
+from perfguard.store.history import Series, SeriesPoint
+from perfguard.store.records import (
+    DIRECTIONS,
+    MEASUREMENT_PURPOSES,
+    METRICS,
+    PURPOSES,
+    RESULT_STATUSES,
+    CheckItemRecord,
+    CommitRecord,
+    MachineRecord,
+    ResultRecord,
+    StoredCheck,
+    StoredCheckItem,
+    StoredCommit,
+    StoredMachine,
+    StoredResult,
+    StoredRun,
+    params_key,
+)
+from perfguard.store.schema import SchemaState
+from perfguard.store.store import ResultsByKey, Store
+from perfguard.store.url import StoreURL, default_url, mask, resolve
+
+__all__ = [
+    "DIRECTIONS",
+    "MEASUREMENT_PURPOSES",
+    "METRICS",
+    "PURPOSES",
+    "RESULT_STATUSES",
+    "CheckItemRecord",
+    "CommitRecord",
+    "MachineRecord",
+    "ResultRecord",
+    "ResultsByKey",
+    "SchemaState",
+    "Series",
+    "SeriesPoint",
+    "Store",
+    "StoreURL",
+    "StoredCheck",
+    "StoredCheckItem",
+    "StoredCommit",
+    "StoredMachine",
+    "StoredResult",
+    "StoredRun",
+    "default_url",
+    "mask",
+    "params_key",
+    "resolve",
+]

@@ -1,0 +1,141 @@
+"""Engines for the two supported backends, and database errors turned into messages that say what to do.
+
+SQLite is set up for several processes on one runner: WAL (readers never block the writer), foreign
+keys on (off by default in SQLite), a busy timeout (a second writer waits instead of failing), and
+writes that take the write lock when they begin (``BEGIN IMMEDIATE``), so that two writers cannot
+both read and then fail to upgrade their lock halfway through a run.  PostgreSQL goes through
+psycopg 3 with a connect timeout, so an unreachable server is an error within seconds, not a hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError, NoSuchModuleError
+
+from perfguard.errors import StoreError
+from perfguard.store.url import StoreURL
+
+# Connection execution option that marks a transaction as a writer (SQLite: BEGIN IMMEDIATE).
+WRITE_OPTION = "perfguard_write"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+POSTGRES_CONNECT_TIMEOUT_S = 10
+
+_json_dumps = functools.partial(json.dumps, allow_nan=False, separators=(",", ":"))
+
+
+def create(store_url: StoreURL) -> Engine:
+    """An engine for a resolved URL; raises :class:`StoreError` for a missing directory or driver."""
+    url = store_url.url
+    path = store_url.sqlite_path
+    if path is not None:
+        if store_url.is_default:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        elif not path.parent.is_dir():
+            raise StoreError(
+                f"the directory of the SQLite file in {store_url.masked} does not exist: {path.parent}",
+                hint="create it, or fix the path (sqlite:///relative.db, sqlite:////absolute/path.db)",
+            )
+    connect_args: dict[str, Any] = {}
+    if store_url.dialect == "postgresql":
+        if "connect_timeout" not in url.query:
+            connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_S
+        if "application_name" not in url.query:
+            connect_args["application_name"] = "perfguard"
+    try:
+        engine = create_engine(url, json_serializer=_json_dumps, connect_args=connect_args)
+    except (NoSuchModuleError, ImportError) as exc:
+        driver = url.drivername.partition("+")[2]
+        raise StoreError(
+            f"no database driver {driver!r} for {store_url.masked}: {exc}",
+            hint="for PostgreSQL use postgresql:// (psycopg 3: pip install 'psycopg[binary]'), "
+            "or install the driver the URL names",
+        ) from None
+    if store_url.dialect == "sqlite":
+        _configure_sqlite(engine, in_memory=path is None)
+    return engine
+
+
+def _configure_sqlite(engine: Engine, *, in_memory: bool) -> None:
+    """Pragmas on every new connection, and transactions that perfguard begins itself.
+
+    The standard library's sqlite3 starts transactions lazily and on its own terms; SQLAlchemy's
+    documented recipe is to switch that off and emit BEGIN from the ``begin`` event.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+            if not in_memory:
+                cursor.execute("PRAGMA journal_mode = WAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "handle_error")
+    def _on_error(context: Any) -> None:
+        # On KeyboardInterrupt / SystemExit SQLAlchemy closes the connection, but SQLite only really
+        # closes it (and releases the write lock) once its last statement is finalized; the cursor
+        # lives on in the traceback.  Close it now so the next writer is not blocked.
+        cursor = getattr(context.execution_context, "cursor", None)
+        if not isinstance(context.original_exception, Exception) and cursor is not None:
+            with contextlib.suppress(Exception):
+                cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        immediate = connection.get_execution_options().get(WRITE_OPTION, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def explain(exc: BaseException, store_url: StoreURL, doing: str) -> StoreError:
+    """A :class:`StoreError` for a database error: what failed, where (password masked), what to do."""
+    original = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    detail = _first_line(str(original))
+    password = store_url.url.password
+    if password:
+        detail = detail.replace(str(password), "***")
+    low = detail.lower()
+    where = store_url.masked
+    if store_url.dialect == "postgresql":
+        if "password authentication failed" in low or "no password supplied" in low:
+            hint = "check the user name and password in the URL"
+        elif "does not exist" in low and "database" in low:
+            hint = "create the database first (createdb), or fix its name in the URL"
+        elif any(
+            s in low
+            for s in ("connection refused", "could not connect", "timeout", "timed out", "translate host")
+        ):
+            hint = "check that the PostgreSQL server is running and reachable at that host and port"
+        elif "permission denied" in low:
+            hint = "the database user needs CREATE and write rights on the database's schema"
+        else:
+            hint = "check the URL and the server's log"
+    elif "unable to open database file" in low:
+        hint = "check that the directory exists and is writable by this user"
+    elif "file is not a database" in low:
+        hint = "that file is not a SQLite database; point --db (or PERFGUARD_DB) at another path"
+    elif "readonly" in low or "read-only" in low:
+        hint = "the database file (and its directory, for the WAL files) must be writable"
+    elif "locked" in low or "busy" in low:
+        hint = (
+            f"another process held the database for over {SQLITE_BUSY_TIMEOUT_MS // 1000} s; "
+            "try again, or use PostgreSQL for many concurrent runners"
+        )
+    else:
+        hint = "check the URL (--db or PERFGUARD_DB)"
+    return StoreError(f"{doing} {where} failed: {detail}", hint=hint)
+
+
+def _first_line(text: str) -> str:
+    for line in text.strip().splitlines():
+        if line.strip():
+            return line.strip()
+    return text.strip() or "unknown error"

@@ -1,0 +1,654 @@
+"""The repository the rest of perfguard uses: open a store, write runs and checks, read them back.
+
+See the package docstring (``perfguard.store``) for the API in one place.  Every write is one
+transaction that is validated completely before it starts; every read returns frozen dataclasses,
+never ORM objects.  Machines and commits are upserted with ``INSERT ... ON CONFLICT DO NOTHING``
+followed by a read, which is safe when two runners record the same commit at the same moment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, func, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, joinedload, selectinload
+
+from perfguard.errors import StoreError
+from perfguard.store import history, schema
+from perfguard.store.engine import WRITE_OPTION, create, explain
+from perfguard.store.models import Check, CheckItem, Commit, Machine, Result, ResultData, Run
+from perfguard.store.records import (
+    MEASUREMENT_PURPOSES,
+    PURPOSES,
+    CheckItemRecord,
+    CommitRecord,
+    MachineRecord,
+    RecordError,
+    ResultRecord,
+    StoredCheck,
+    StoredCheckItem,
+    StoredCommit,
+    StoredMachine,
+    StoredResult,
+    StoredRun,
+    require_aware,
+    require_json,
+    require_text,
+)
+from perfguard.store.url import StoreURL, resolve
+
+ResultsByKey = dict[tuple[str, str], list[StoredResult]]
+"""Results grouped by ``(benchmark, params_key)``; each list holds one entry per run (round), oldest first."""
+
+# ResultRecord fields stored in ``results`` (n_samples is derived) and in ``result_data``.
+_RESULT_FIELDS = (
+    "benchmark",
+    "impl",
+    "params",
+    "params_key",
+    "metric",
+    "unit",
+    "direction",
+    "gated",
+    "status",
+    "value",
+    "n_samples",
+    "q25",
+    "q75",
+    "method",
+    "error",
+    "benchmark_version",
+)
+_RESULT_DATA_FIELDS = ("samples", "info")
+_CHECK_ITEM_FIELDS = (
+    "benchmark",
+    "impl",
+    "params",
+    "params_key",
+    "metric",
+    "unit",
+    "direction",
+    "gated",
+    "verdict",
+    "base_value",
+    "head_value",
+    "ratio",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "noise",
+    "threshold",
+    "method",
+    "retried",
+    "base_n",
+    "head_n",
+    "reason",
+)
+_NOTHING_WRITTEN = "nothing was written to the store"
+
+
+class Store:
+    """A history store: one database, its schema at this perfguard's newest revision."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        store_url: StoreURL,
+        schema_state: schema.SchemaState,
+        migrated_from: str | None = None,
+    ) -> None:
+        self._engine = engine
+        self._url = store_url
+        self.schema_state = schema_state
+        # The revision open() found the database at (None: it was empty, or migrate=False).
+        self.migrated_from = migrated_from
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, url: str | URL | None = None, *, cwd: Path | None = None, migrate: bool = True) -> Store:
+        """Connect to ``url`` (None: ``PERFGUARD_DB``, else ``<repo>/.perfguard/history.db``).
+
+        With ``migrate`` (the default) the schema is created or upgraded to this perfguard's
+        newest revision.  ``migrate=False`` only reads the schema state (``perfguard db current``).
+        Raises :class:`StoreError` for every way this can fail, with the URL's password masked.
+        """
+        store_url = resolve(url, cwd=cwd)
+        engine = create(store_url)
+        try:
+            if migrate:
+                before, head = schema.upgrade(engine, store_url)
+                return cls(engine, store_url, schema.SchemaState(current=head, head=head), before)
+            with engine.connect() as connection:
+                state = schema.state(connection, store_url)
+            return cls(engine, store_url, state)
+        except StoreError:
+            engine.dispose()
+            raise
+        except SQLAlchemyError as exc:
+            engine.dispose()
+            raise explain(exc, store_url, "opening the history store") from None
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        """The URL, password masked: fit for messages and logs."""
+        return self._url.masked
+
+    @property
+    def dialect(self) -> str:
+        return self._url.dialect
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (for tests, benchmarks and EXPLAIN; not for writing around the API)."""
+        return self._engine
+
+    # --- machines and commits --------------------------------------------------------------------
+
+    def get_or_create_machine(
+        self, key: str, kind: str, label: str, attributes: Mapping[str, Any]
+    ) -> StoredMachine:
+        """The machine with this key, created if new (an existing row is returned unchanged)."""
+        record = MachineRecord(key=key, kind=kind, label=label, attributes=attributes)
+        _check("machine", record.validate)
+        with self._writing("recording a machine in") as session:
+            machine_id = self._upsert_machine(session, record)
+            return _stored_machine(session.get_one(Machine, machine_id))
+
+    def get_or_create_commit(
+        self,
+        sha: str,
+        base_sha: str,
+        dirty: bool,
+        branch: str | None,
+        parents: Sequence[str],
+        subject: str,
+        author: str | None,
+        committed_at: datetime,
+    ) -> StoredCommit:
+        """The commit with this sha, created if new (an existing row is returned unchanged)."""
+        record = CommitRecord(
+            sha=sha,
+            base_sha=base_sha,
+            dirty=dirty,
+            branch=branch,
+            parents=parents,
+            subject=subject,
+            author=author,
+            committed_at=committed_at,
+        )
+        _check("commit", record.validate)
+        with self._writing("recording a commit in") as session:
+            commit_id = self._upsert_commit(session, record)
+            return _stored_commit(session.get_one(Commit, commit_id))
+
+    def machines(self) -> list[StoredMachine]:
+        """Every machine key in the store, by key."""
+        with self._reading("listing the machines of") as session:
+            return [_stored_machine(m) for m in session.scalars(select(Machine).order_by(Machine.key))]
+
+    # --- runs --------------------------------------------------------------------------------------
+
+    def record_run(
+        self,
+        machine: MachineRecord,
+        commit: CommitRecord,
+        *,
+        profile: str,
+        purpose: str = "run",
+        round: int = 0,
+        software: Mapping[str, Any],
+        fingerprint: Mapping[str, Any],
+        settings: Mapping[str, Any],
+        command: str = "",
+        started_at: datetime,
+        finished_at: datetime,
+        results: Sequence[ResultRecord],
+    ) -> StoredRun:
+        """Store one run and all its results in one transaction: all of it, or (on any error) nothing.
+
+        ``machine`` and ``commit`` may be records or the values ``get_or_create_*`` returned; they
+        are created in the same transaction if new.  Every record is validated first; a bad one
+        raises :class:`StoreError` naming it, before anything is written.
+        """
+        _check("machine", machine.validate)
+        _check("commit", commit.validate)
+
+        def validate_run() -> None:
+            require_text("profile", profile, 32)
+            if purpose not in PURPOSES:
+                raise RecordError(f"purpose is {purpose!r}; expected one of {', '.join(PURPOSES)}")
+            if not isinstance(round, int) or isinstance(round, bool) or round < 0:
+                raise RecordError(f"round must be a count from 0, not {round!r}")
+            for name, value in (("software", software), ("fingerprint", fingerprint), ("settings", settings)):
+                require_json(name, value, mapping=True)
+            if not isinstance(command, str):
+                raise RecordError("command must be text")
+            require_aware("started_at", started_at)
+            require_aware("finished_at", finished_at)
+            if finished_at < started_at:
+                raise RecordError(f"finished_at {finished_at} is before started_at {started_at}")
+            if not results:
+                raise RecordError("a run needs at least one result")
+
+        _check("run", validate_run)
+        seen: dict[tuple[str, str], int] = {}
+        for i, record in enumerate(results, start=1):
+            _check(f"result {i} of {len(results)} ({_describe(record)})", record.validate)
+            if record.key in seen:
+                raise StoreError(
+                    f"results {seen[record.key]} and {i} of the run are both {record.describe()}; "
+                    f"{_NOTHING_WRITTEN}",
+                    hint="a run holds one result per benchmark x params",
+                )
+            seen[record.key] = i
+
+        with self._writing("recording a run in") as session:
+            machine_id = self._upsert_machine(session, machine)
+            commit_id = self._upsert_commit(session, commit)
+            run = Run(
+                machine_id=machine_id,
+                commit_id=commit_id,
+                profile=profile,
+                purpose=purpose,
+                round=round,
+                software=dict(software),
+                fingerprint=dict(fingerprint),
+                settings=dict(settings),
+                command=command,
+                started_at=started_at,
+                finished_at=finished_at,
+                status="complete",
+            )
+            session.add(run)
+            session.flush()
+            ids = session.scalars(
+                insert(Result).returning(Result.id, sort_by_parameter_order=True),
+                [{"run_id": run.id, **_result_values(record)} for record in results],
+            ).all()
+            session.execute(
+                insert(ResultData),
+                [
+                    {"result_id": result_id, "samples": record.samples, "info": dict(record.info)}
+                    for result_id, record in zip(ids, results, strict=True)
+                ],
+            )
+            return StoredRun(
+                id=run.id,
+                machine_key=machine.key,
+                sha=commit.sha,
+                profile=profile,
+                purpose=purpose,
+                round=round,
+                software=dict(software),
+                fingerprint=dict(fingerprint),
+                settings=dict(settings),
+                command=command,
+                started_at=started_at.astimezone(timezone.utc),
+                finished_at=finished_at.astimezone(timezone.utc),
+                status="complete",
+                n_results=len(results),
+            )
+
+    def runs_for(
+        self, machine_key: str, sha: str, profile: str, purposes: Sequence[str] = MEASUREMENT_PURPOSES
+    ) -> list[StoredRun]:
+        """The complete runs of one commit on one machine key and profile, oldest first."""
+        n_results = select(func.count(Result.id)).where(Result.run_id == Run.id).scalar_subquery()
+        stmt = (
+            select(Run, n_results)
+            .join(Commit, Run.commit_id == Commit.id)
+            .join(Machine, Run.machine_id == Machine.id)
+            .where(*_run_filter(machine_key, sha, profile, purposes))
+            .order_by(Run.started_at, Run.id)
+        )
+        with self._reading("reading runs from") as session:
+            return [
+                _stored_run(run, machine_key=machine_key, sha=sha, n_results=count)
+                for run, count in session.execute(stmt)
+            ]
+
+    def results_for(
+        self, machine_key: str, sha: str, profile: str, purposes: Sequence[str] = MEASUREMENT_PURPOSES
+    ) -> ResultsByKey:
+        """All results (with samples) of one commit on one machine key and profile, in one query.
+
+        Grouped by ``(benchmark, params_key)``; each group has one :class:`StoredResult` per run
+        (its ``round``, ``run_id`` and ``purpose`` say which), oldest run first.
+        """
+        stmt = (
+            select(
+                *(getattr(Result, name) for name in _RESULT_FIELDS),
+                *(getattr(ResultData, name) for name in _RESULT_DATA_FIELDS),
+                Result.id,
+                Result.run_id,
+                Run.round,
+                Run.purpose,
+                Run.started_at,
+            )
+            .join_from(Result, Run, Result.run_id == Run.id)
+            .join(Commit, Run.commit_id == Commit.id)
+            .join(Machine, Run.machine_id == Machine.id)
+            .join(ResultData, ResultData.result_id == Result.id)
+            .where(*_run_filter(machine_key, sha, profile, purposes))
+            .order_by(Result.benchmark, Result.params_key, Run.started_at, Run.id)
+        )
+        grouped: ResultsByKey = {}
+        with self._reading("reading results from") as session:
+            for row in session.connection().execute(stmt).mappings():
+                values = {name: row[name] for name in (*_RESULT_FIELDS, *_RESULT_DATA_FIELDS)}
+                del values["n_samples"]  # derived from the samples
+                stored = StoredResult(
+                    **values,
+                    id=row["id"],
+                    run_id=row["run_id"],
+                    round=row["round"],
+                    purpose=row["purpose"],
+                    started_at=row["started_at"],
+                )
+                grouped.setdefault(stored.key, []).append(stored)
+        return grouped
+
+    def has_complete_run(
+        self, machine_key: str, sha: str, profile: str, purposes: Sequence[str] = MEASUREMENT_PURPOSES
+    ) -> bool:
+        """Whether this commit has been measured on this machine key with this profile."""
+        stmt = (
+            select(Run.id)
+            .join(Commit, Run.commit_id == Commit.id)
+            .join(Machine, Run.machine_id == Machine.id)
+            .where(*_run_filter(machine_key, sha, profile, purposes))
+            .limit(1)
+        )
+        with self._reading("reading runs from") as session:
+            return session.scalar(stmt) is not None
+
+    # --- checks ------------------------------------------------------------------------------------
+
+    def record_check(
+        self,
+        machine: MachineRecord,
+        head: CommitRecord,
+        base: CommitRecord,
+        *,
+        baseline_ref: str,
+        profile: str,
+        threshold: float,
+        verdict: str,
+        exit_code: int,
+        summary: Mapping[str, Any],
+        environment: Mapping[str, Any],
+        config: Mapping[str, Any],
+        command: str = "",
+        created_at: datetime | None = None,
+        items: Sequence[CheckItemRecord],
+    ) -> int:
+        """Store one check and its verdicts in one transaction; return its id."""
+        created_at = datetime.now(timezone.utc) if created_at is None else created_at
+        _check("machine", machine.validate)
+        _check("head commit", head.validate)
+        _check("base commit", base.validate)
+
+        def validate_check() -> None:
+            require_text("baseline_ref", baseline_ref, 255)
+            require_text("profile", profile, 32)
+            require_text("verdict", verdict, 16)
+            if (
+                isinstance(threshold, bool)
+                or not isinstance(threshold, (int, float))
+                or threshold != threshold
+            ):
+                raise RecordError(f"threshold must be a number, not {threshold!r}")
+            if not isinstance(exit_code, int) or isinstance(exit_code, bool):
+                raise RecordError(f"exit_code must be an int, not {exit_code!r}")
+            for name, value in (("summary", summary), ("environment", environment), ("config", config)):
+                require_json(name, value, mapping=True)
+            if not isinstance(command, str):
+                raise RecordError("command must be text")
+            require_aware("created_at", created_at)
+
+        _check("check", validate_check)
+        for i, item in enumerate(items, start=1):
+            _check(f"check item {i} of {len(items)} ({item.benchmark}({item.params_key}))", item.validate)
+
+        with self._writing("recording a check in") as session:
+            check = Check(
+                machine_id=self._upsert_machine(session, machine),
+                head_commit_id=self._upsert_commit(session, head),
+                base_commit_id=self._upsert_commit(session, base),
+                baseline_ref=baseline_ref,
+                profile=profile,
+                threshold=float(threshold),
+                verdict=verdict,
+                exit_code=exit_code,
+                summary=dict(summary),
+                environment=dict(environment),
+                config=dict(config),
+                command=command,
+                created_at=created_at,
+            )
+            session.add(check)
+            session.flush()
+            if items:
+                session.execute(
+                    insert(CheckItem),
+                    [
+                        {"check_id": check.id, **{name: getattr(item, name) for name in _CHECK_ITEM_FIELDS}}
+                        for item in items
+                    ],
+                )
+            return check.id
+
+    def get_check(self, check_id: int) -> StoredCheck | None:
+        """A stored check with its machine, both commits and all items; None if there is none."""
+        stmt = (
+            select(Check)
+            .where(Check.id == check_id)
+            .options(
+                joinedload(Check.machine),
+                joinedload(Check.head_commit),
+                joinedload(Check.base_commit),
+                selectinload(Check.items),
+            )
+        )
+        with self._reading("reading a check from") as session:
+            check = session.scalars(stmt).unique().one_or_none()
+            if check is None:
+                return None
+            return StoredCheck(
+                id=check.id,
+                machine=_stored_machine(check.machine),
+                head=_stored_commit(check.head_commit),
+                base=_stored_commit(check.base_commit),
+                baseline_ref=check.baseline_ref,
+                profile=check.profile,
+                threshold=check.threshold,
+                verdict=check.verdict,
+                exit_code=check.exit_code,
+                summary=check.summary,
+                environment=check.environment,
+                config=check.config,
+                command=check.command,
+                created_at=check.created_at,
+                items=tuple(
+                    StoredCheckItem(id=item.id, **{name: getattr(item, name) for name in _CHECK_ITEM_FIELDS})
+                    for item in sorted(check.items, key=lambda item: item.id)
+                ),
+            )
+
+    # --- history -----------------------------------------------------------------------------------
+
+    def series(self, **filters: Any) -> list[history.Series]:
+        """Series over commits per (machine, benchmark, params_key); see :func:`history.series`."""
+        with self._reading("reading history from") as session:
+            return history.series(session, **filters)
+
+    def latest(self, **filters: Any) -> list[history.Series]:
+        """The newest point of every matching series; see :func:`history.latest`."""
+        with self._reading("reading history from") as session:
+            return history.latest(session, **filters)
+
+    def distinct(self, column: str) -> list[str]:
+        """Stored values of ``impl``, ``benchmark`` or ``machine`` (for 'did you mean' messages)."""
+        target = {"impl": Result.impl, "benchmark": Result.benchmark, "machine": Machine.key}[column]
+        with self._reading("reading history from") as session:
+            return list(session.scalars(select(target).distinct().order_by(target)))
+
+    # --- plumbing ----------------------------------------------------------------------------------
+
+    @contextmanager
+    def _writing(self, doing: str) -> Iterator[Session]:
+        """One write transaction (SQLite: holding the write lock from its first statement)."""
+        try:
+            with Session(self._engine, expire_on_commit=False) as session:
+                session.connection(execution_options={WRITE_OPTION: True})
+                yield session
+                session.commit()
+        except SQLAlchemyError as exc:
+            error = explain(exc, self._url, doing)
+            raise StoreError(f"{error.message}; {_NOTHING_WRITTEN}", hint=error.hint) from exc
+
+    @contextmanager
+    def _reading(self, doing: str) -> Iterator[Session]:
+        try:
+            with Session(self._engine) as session:
+                yield session
+        except SQLAlchemyError as exc:
+            raise explain(exc, self._url, doing) from exc
+
+    def _insert_ignoring_conflict(self, session: Session, model: type[Any], values: dict[str, Any]) -> None:
+        dialect = postgresql if self.dialect == "postgresql" else sqlite
+        column = "key" if model is Machine else "sha"
+        session.execute(
+            dialect.insert(model).values(**values).on_conflict_do_nothing(index_elements=[column])
+        )
+
+    def _upsert_machine(self, session: Session, record: MachineRecord) -> int:
+        existing = session.scalar(select(Machine.id).where(Machine.key == record.key))
+        if existing is not None:
+            return existing
+        self._insert_ignoring_conflict(
+            session,
+            Machine,
+            {
+                "key": record.key,
+                "kind": record.kind,
+                "label": record.label,
+                "attributes": dict(record.attributes),
+                "first_seen": datetime.now(timezone.utc),
+            },
+        )
+        return session.scalars(select(Machine.id).where(Machine.key == record.key)).one()
+
+    def _upsert_commit(self, session: Session, record: CommitRecord) -> int:
+        existing = session.scalar(select(Commit.id).where(Commit.sha == record.sha))
+        if existing is not None:
+            return existing
+        self._insert_ignoring_conflict(
+            session,
+            Commit,
+            {
+                "sha": record.sha,
+                "base_sha": record.base_sha,
+                "dirty": record.dirty,
+                "branch": record.branch,
+                "parents": list(record.parents),
+                "subject": record.subject,
+                "author": record.author,
+                "committed_at": record.committed_at,
+            },
+        )
+        return session.scalars(select(Commit.id).where(Commit.sha == record.sha)).one()
+
+
+def _check(what: str, validate: Any) -> None:
+    try:
+        validate()
+    except RecordError as exc:
+        raise StoreError(
+            f"{what} cannot be stored: {exc}; {_NOTHING_WRITTEN}",
+            hint="the value came from perfguard itself or a benchmark suite; fix it there (or report a bug)",
+        ) from None
+
+
+def _describe(record: ResultRecord) -> str:
+    try:
+        return record.describe()
+    except Exception:
+        return "malformed record"
+
+
+def _run_filter(machine_key: str, sha: str, profile: str, purposes: Sequence[str]) -> list[Any]:
+    return [
+        Machine.key == machine_key,
+        Commit.sha == sha,
+        Run.profile == profile,
+        Run.purpose.in_(list(purposes)),
+        Run.status == "complete",
+    ]
+
+
+def _result_values(record: ResultRecord) -> dict[str, Any]:
+    values = {name: getattr(record, name) for name in _RESULT_FIELDS}
+    values["params"] = dict(record.params)
+    return values
+
+
+def _stored_machine(machine: Machine) -> StoredMachine:
+    return StoredMachine(
+        id=machine.id,
+        key=machine.key,
+        kind=machine.kind,
+        label=machine.label,
+        attributes=machine.attributes,
+        first_seen=machine.first_seen,
+    )
+
+
+def _stored_commit(commit: Commit) -> StoredCommit:
+    return StoredCommit(
+        id=commit.id,
+        sha=commit.sha,
+        base_sha=commit.base_sha,
+        dirty=commit.dirty,
+        branch=commit.branch,
+        parents=tuple(commit.parents),
+        subject=commit.subject,
+        author=commit.author,
+        committed_at=commit.committed_at,
+    )
+
+
+def _stored_run(run: Run, *, machine_key: str, sha: str, n_results: int) -> StoredRun:
+    return StoredRun(
+        id=run.id,
+        machine_key=machine_key,
+        sha=sha,
+        profile=run.profile,
+        purpose=run.purpose,
+        round=run.round,
+        software=run.software,
+        fingerprint=run.fingerprint,
+        settings=run.settings,
+        command=run.command,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        status=run.status,
+        n_results=n_results,
+    )

@@ -1,0 +1,128 @@
+"""Which database a command talks to: the default file, ``--db`` / ``PERFGUARD_DB``, and their checks.
+
+The default is a SQLite file inside the repository (``<repo root>/.perfguard/history.db``, git-ignored),
+so a single runner needs no setup.  Any SQLAlchemy URL works through ``--db`` or ``PERFGUARD_DB``, but
+perfguard only supports the two backends it is tested on: SQLite and PostgreSQL through psycopg 3.
+Everything that can be said about a URL before connecting is said here, with the password masked.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from perfguard.errors import StoreError
+
+ENV_VAR = "PERFGUARD_DB"
+DEFAULT_RELATIVE_PATH = Path(".perfguard") / "history.db"
+
+# Dialects perfguard is tested on, and the driver each plain name maps to.
+_DEFAULT_DRIVER = {"sqlite": "pysqlite", "postgresql": "psycopg"}
+_ALIASES = {"postgres": "postgresql"}  # the Heroku-style scheme SQLAlchemy no longer accepts
+_ASYNC_DRIVERS = {"aiosqlite", "asyncpg", "psycopg_async", "pysqlite_async"}
+
+_HINT_URL = (
+    "pass --db (or set PERFGUARD_DB) to a URL like sqlite:///path/to/history.db or "
+    "postgresql://user:password@host:5432/dbname"
+)
+
+
+@dataclass(frozen=True)
+class StoreURL:
+    """A checked database URL, and whether perfguard chose it (the default file)."""
+
+    url: URL
+    is_default: bool = False
+
+    @property
+    def dialect(self) -> str:
+        return self.url.get_backend_name()
+
+    @property
+    def masked(self) -> str:
+        """The URL as it may appear in messages and logs: the password replaced by ``***``."""
+        return mask(self.url)
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The file of a SQLite URL, or None for an in-memory database or another backend."""
+        if self.dialect != "sqlite" or self.url.database in (None, "", ":memory:"):
+            return None
+        database = self.url.database
+        if database.startswith("file:"):  # sqlite URI form; only the plain form names a path we check
+            return None
+        return Path(database)
+
+
+def mask(url: URL | str) -> str:
+    """Render a URL for a message with its password hidden (never raises)."""
+    if isinstance(url, URL):
+        return url.render_as_string(hide_password=True)
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        scheme, sep, rest = url.partition("://")
+        if "@" in rest:
+            rest = "***@" + rest.rsplit("@", 1)[1]
+        return f"{scheme}{sep}{rest}" if sep or "@" not in url else "***@" + url.rsplit("@", 1)[1]
+
+
+def repo_root(cwd: Path | None = None) -> Path:
+    """The top of the git work tree containing ``cwd``, or ``cwd`` itself outside git."""
+    cwd = Path.cwd() if cwd is None else cwd
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return cwd.resolve()
+    return Path(out.stdout.strip())
+
+
+def default_url(cwd: Path | None = None) -> URL:
+    """``sqlite:///<repo root>/.perfguard/history.db`` (the directory is created when opened)."""
+    return URL.create("sqlite+pysqlite", database=str(repo_root(cwd) / DEFAULT_RELATIVE_PATH))
+
+
+def resolve(url: str | URL | None = None, *, cwd: Path | None = None) -> StoreURL:
+    """Check a URL given by the user (or ``PERFGUARD_DB``, or the default) before connecting.
+
+    ``postgresql://`` and ``postgres://`` mean psycopg 3; ``sqlite://`` means the standard library's
+    sqlite3.  Raises :class:`StoreError` for a malformed URL, a dialect other than SQLite and
+    PostgreSQL, or an async driver.
+    """
+    if url is None or url == "":
+        url = os.environ.get(ENV_VAR) or None
+    if url is None:
+        return StoreURL(default_url(cwd), is_default=True)
+    try:
+        parsed = url if isinstance(url, URL) else make_url(url)
+    except ArgumentError as exc:
+        raise StoreError(f"cannot parse the database URL {mask(str(url))!r}: {exc}", hint=_HINT_URL) from None
+
+    backend, _, driver = parsed.drivername.partition("+")
+    backend = _ALIASES.get(backend, backend)
+    if backend not in _DEFAULT_DRIVER:
+        raise StoreError(
+            f"unsupported database {backend!r} in {mask(parsed)}: perfguard stores history in SQLite "
+            "or PostgreSQL only",
+            hint=_HINT_URL,
+        )
+    driver = driver or _DEFAULT_DRIVER[backend]
+    if driver in _ASYNC_DRIVERS:
+        raise StoreError(
+            f"the async driver {driver!r} in {mask(parsed)} cannot be used: perfguard talks to the "
+            "database synchronously",
+            hint=f"use {backend}+{_DEFAULT_DRIVER[backend]}:// (or plain {backend}://)",
+        )
+    return StoreURL(parsed.set(drivername=f"{backend}+{driver}"))
