@@ -39,12 +39,13 @@ API
 from __future__ import annotations
 
 import enum
+import json
 import math
 import sys
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -77,6 +78,8 @@ class Verdict(StrEnum):
 
 
 FAILING_VERDICTS = frozenset({Verdict.REGRESSION, Verdict.BROKEN, Verdict.FAILED})
+#: The benchmark name of the item that stands for a broken implementation with no benchmark.
+VERIFY_BENCHMARK = "perfguard verify"
 STATUSES = ("ok", "failed", "skipped")
 #: Metrics whose value is deterministic (no statistics: a rise over threshold and floor fails).
 DETERMINISTIC_METRICS = frozenset({"memory"})
@@ -100,8 +103,18 @@ _WORDS = {  # metric -> (worse, better) after "N.NN×"
 
 
 def params_key(params: Mapping[str, Any]) -> str:
-    """The canonical text of a parameter set: ``k=v`` pairs sorted by key, joined by commas."""
-    return ",".join(f"{k}={params[k]}" for k in sorted(params))
+    """The canonical key of a parameter set, as the store writes it (``perfguard.store.params_key``).
+
+    ``k=v`` sorted by name and joined by commas; strings as they are, everything else as JSON
+    (``seq_len=256``, ``causal=true``).  Repeated here rather than imported so that comparing
+    needs no database layer; ``tests/test_compare.py`` holds the two to the same output.
+    """
+    parts = []
+    for name in sorted(params):
+        value = params[name]
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
+        parts.append(f"{name}={text}")
+    return ",".join(parts)
 
 
 def describe(benchmark: str, metric: str) -> str:
@@ -154,6 +167,68 @@ class Measurement:
         if not any(np.size(r) for r in rounds) and self.value is not None:
             rounds = [[self.value]]
         object.__setattr__(self, "side", stats.Side.of(rounds))
+
+    @classmethod
+    def from_results(cls, results: Sequence[ResultLike]) -> Measurement:
+        """One side from its stored rounds (``Store.results_for(...)[key]``: one result per round).
+
+        Every ok round contributes its samples (or its value when it has none).  A benchmark that
+        failed in any round is ``failed`` (with that round's error): one that crashes now and then
+        is broken, not noisy.  One that no round ran is ``skipped``.
+        """
+        return _from_results(results)
+
+
+class ResultLike(Protocol):
+    """What :meth:`Measurement.from_results` reads from one round (a store ``StoredResult``)."""
+
+    benchmark: str
+    impl: str
+    params: Mapping[str, Any]
+    params_key: str
+    metric: str
+    unit: str
+    direction: str
+    gated: bool
+    status: str
+    value: float | None
+    samples: Sequence[float] | None
+    method: str | None
+    error: str | None
+
+
+def _from_results(results: Sequence[ResultLike]) -> Measurement:
+    if not results:
+        raise ValueError("from_results needs at least one round")
+    first = results[0]
+    keys = {(r.benchmark, r.params_key) for r in results}
+    if len(keys) > 1:
+        raise ValueError(f"rounds of different benchmarks: {sorted(keys)}")
+    failed = [r for r in results if r.status == "failed"]
+    ok = [r for r in results if r.status == "ok"]
+    rounds: list[list[float]]
+    if failed:  # a benchmark that crashes in some rounds is a failing benchmark
+        status, error, rounds = "failed", failed[0].error, []
+    elif not ok:
+        status, error, rounds = "skipped", results[0].error, []
+    else:
+        status, error = "ok", None
+        rounds = [list(r.samples) if r.samples else ([r.value] if r.value is not None else []) for r in ok]
+    direction = first.direction if first.direction in ("lower", "higher") else "lower"
+    return Measurement(
+        benchmark=first.benchmark,
+        params=dict(first.params),
+        rounds=rounds,
+        status=status,
+        metric=first.metric,
+        unit=first.unit,
+        direction=direction,  # type: ignore[arg-type]
+        gated=first.gated,
+        method=next((r.method for r in ok if r.method), first.method),
+        error=error,
+        impl=first.impl,
+        key=first.params_key,
+    )
 
 
 _ROW_FIELDS = (
@@ -529,15 +604,15 @@ def _pair_item(pair: _Pair, verdict: Verdict, reason: str, hl: float | None) -> 
         ci_low=None if deterministic else _finite(pair.ci[0]),
         ci_high=None if deterministic else _finite(pair.ci[1]),
         p_value=None if deterministic else pair.p_adj,
-        noise=pair.noise.iqr_ratio,
+        noise=_finite(pair.noise.iqr_ratio),
         threshold=pair.rule.threshold,
         method=head.method or base.method,
         retried=False,
         base_n=base.side.n,
         head_n=head.side.n,
         reason=reason + (f" [{pair.rule.note}]" if pair.rule.note else ""),
-        round_cv=pair.noise.round_cv,
-        round_spread=pair.noise.round_spread,
+        round_cv=_finite(pair.noise.round_cv),
+        round_spread=_finite(pair.noise.round_spread),
         p_raw=None if deterministic else pair.p_raw,
         hodges_lehmann=_finite(hl) if hl is not None else None,
         base_rounds=base.side.k,
@@ -637,13 +712,15 @@ def _compare(
     for impl in sorted(broken - seen):  # a broken implementation with no benchmark at all
         items.append(
             Item(
-                benchmark="perfguard verify",
+                # The store's check_items know the four metrics only; this row stands for the
+                # implementation as a whole and is recognised by its benchmark name.
+                benchmark=VERIFY_BENCHMARK,
                 impl=impl,
                 params={"impl": impl},
                 params_key=params_key({"impl": impl}),
-                metric="correctness",
-                unit="",
-                direction="",
+                metric="time",
+                unit="n/a",
+                direction="lower",
                 gated=True,
                 verdict=Verdict.BROKEN,
                 base_value=None,

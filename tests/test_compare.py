@@ -23,6 +23,8 @@ from perfguard.compare import (
 from perfguard.config import Config, Override, parse_config
 from perfguard.errors import EXIT_FAILED, EXIT_OK
 from perfguard.store.models import CheckItem
+from perfguard.store.records import CheckItemRecord, ResultRecord
+from perfguard.store.records import params_key as store_params_key
 
 FWD = "Forward.track_time"
 CONFIG = Config()
@@ -89,10 +91,77 @@ def test_verdict_is_a_string_enum() -> None:
     ]
 
 
-def test_params_key_is_canonical() -> None:
+def test_params_key_is_the_stores() -> None:
     assert params_key({"seq_len": 256, "impl": "ring", "dtype": "bf16"}) == "dtype=bf16,impl=ring,seq_len=256"
     m = Measurement(FWD, {"seq_len": 256, "impl": "ring"}, value=1.0)
     assert (m.impl, m.key) == ("ring", "impl=ring,seq_len=256")
+    for params in (
+        {"impl": "ring", "causal": True, "scale": 0.125, "seq_len": 256},
+        {"impl": "x", "window": None, "sizes": [1, 2], "opts": {"b": 1, "a": 2}},
+        {},
+    ):
+        assert params_key(params) == store_params_key(params)
+
+
+def test_every_kind_of_item_is_a_valid_store_record() -> None:
+    base = [
+        timing(impl="same"),
+        timing(impl="slow"),
+        memory(100 * MiB),
+        timing(impl="gone"),
+        timing(impl="bad"),
+    ]
+    head = [
+        timing(impl="same", seed=1),
+        timing(2.0, impl="slow", seed=1),
+        memory(300 * MiB),
+        timing(impl="fresh"),
+        Measurement(FWD, timing(impl="bad").params, status="failed", error="boom"),
+    ]
+    result = compare_suite(base, head, CONFIG, broken_impls={"never_ran"})
+    kinds = {i.verdict for i in result.items}
+    assert {
+        Verdict.UNCHANGED,
+        Verdict.REGRESSION,
+        Verdict.NEW,
+        Verdict.MISSING,
+        Verdict.FAILED,
+        Verdict.BROKEN,
+    } <= kinds
+    for item in result.items:
+        CheckItemRecord(**item.as_row()).validate()
+
+
+def test_measurement_from_stored_rounds() -> None:
+    def record(samples: list[float] | None, status: str = "ok", **kw: object) -> ResultRecord:
+        return ResultRecord(
+            benchmark=FWD,
+            impl="ring",
+            params={"impl": "ring", "seq_len": 256},
+            metric="time",
+            unit="seconds",
+            direction="lower",
+            gated=True,
+            status=status,
+            samples=samples,
+            method="cpu-wall",
+            **kw,  # type: ignore[arg-type]
+        )
+
+    m = Measurement.from_results([record([1.0, 2.0, 3.0]), record([4.0, 5.0]), record(None, value=9.0)])
+    assert (m.status, m.side.k, m.side.n, m.key, m.method) == (
+        "ok",
+        3,
+        6,
+        "impl=ring,seq_len=256",
+        "cpu-wall",
+    )
+    flaky = Measurement.from_results([record([1.0]), record(None, status="failed", error="CUDA error")])
+    assert (flaky.status, flaky.error) == ("failed", "CUDA error")
+    skipped = Measurement.from_results([record(None, status="skipped", error="needs CUDA")])
+    assert (skipped.status, skipped.error) == ("skipped", "needs CUDA")
+    with pytest.raises(ValueError, match="at least one round"):
+        Measurement.from_results([])
 
 
 def test_bad_measurement_fields_are_errors() -> None:
