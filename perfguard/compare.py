@@ -16,18 +16,23 @@ P(suspect) x P(regression on an interleaved re-measurement).
 Typical use by ``perfguard check``::
 
     config = load_config(find_pyproject(repo), threshold=cli_threshold)
+    base = [Measurement.from_results(rounds) for rounds in store.results_for(key, base_sha, profile).values()]
+    head = [Measurement.from_results(rounds) for rounds in store.results_for(key, head_sha, profile).values()]
     first = compare_suite(base, head, config, broken_impls=failed_verify)
     if first.suspects and config.retry.enabled:
-        base2, head2 = remeasure(first.suspects, rounds=config.retry.rounds)  # the pipeline's job
-        result = apply_retry(first, base2, head2, config)
+        # the pipeline's job: re-measure first.suspect_keys, baseline and head interleaved
+        # (A B B A ...) in fresh processes, config.retry.rounds rounds a side
+        result = apply_retry(first, retry_base, retry_head, config)
     else:
         result = first
-    store(item.as_row() for item in result.items); sys.exit(result.exit_code)
+    store.record_check(..., items=[CheckItemRecord(**item.as_row()) for item in result.items])
+    sys.exit(result.exit_code)
 
 API
 ---
 ``Verdict``                  regression improvement unchanged unstable new missing broken failed skipped
 ``Measurement``              one side of one benchmark x params (rounds of samples, status, unit, metric...)
+``Measurement.from_results(rounds)``           -> Measurement from the store's results, one per round
 ``Item``                     one verdict; its fields are the ``check_items`` columns (``Item.as_row()``)
 ``compare_sides(base, head, config)``          -> Item (a family of one for the p-value adjustment)
 ``compare_suite(base, head, config, broken_impls)`` -> SuiteComparison (items, suspects, exit_code)
