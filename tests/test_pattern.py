@@ -11,7 +11,12 @@ from attention.block_sparse import BlockSparseRingDilatedAttention, token_mask
 from attention.dilated import DilatedAttention
 from attention.multihead import MultiheadDilatedAttention
 from attention.pattern import branch_heads, dilated_attended_pairs, dilated_pattern, head_group_sizes
-from attention.reference import reference_attention
+from attention.reference import (
+    multihead_reference,
+    multihead_references,
+    reference_attention,
+    reference_attentions,
+)
 
 
 def test_longnet_offsets_split_heads_into_rate_groups() -> None:
@@ -177,3 +182,20 @@ def test_patterns_are_built_on_the_requested_device() -> None:
             counts = module.attention_pattern(45, True, device=device)
             assert counts.device.type == device and counts.shape == (5, 45, 45)
             assert torch.equal(counts.cpu(), module.attention_pattern(45, True))
+
+
+def test_references_for_several_values_equal_one_reference_each() -> None:
+    """One softmax for several v (verify's runs A and B) gives exactly the separate references."""
+    g = torch.Generator().manual_seed(1)
+    counts = dilated_pattern(37, 3, [8, 16], [1, 2], "head_groups", True)
+    q, k, v1, v2 = (torch.randn(2, 37, 3, 4, generator=g, dtype=torch.float64) for _ in range(4))
+    together = reference_attentions(q, k, [v1, v2], counts)
+    assert torch.equal(together[0], reference_attention(q, k, v1, counts))
+    assert torch.equal(together[1], reference_attention(q, k, v2, counts))
+
+    module = MultiheadDilatedAttention(12, 3, segment_lengths=[8, 16], dilation_rates=[1, 2]).double()
+    x, y1, y2 = (torch.randn(2, 37, 12, generator=g, dtype=torch.float64) for _ in range(3))
+    both = multihead_references(module, x, x, [y1, y2], is_causal=True)
+    assert torch.equal(both[0], multihead_reference(module, x, x, y1, is_causal=True))
+    given = module.attention_pattern(37, True)
+    assert torch.equal(both[1], multihead_reference(module, x, x, y2, is_causal=True, counts=given))

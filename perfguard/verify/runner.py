@@ -169,11 +169,13 @@ def run_verify(
     seed: int = 0,
     progress: ProgressCallback | None = None,
     row_done: RowDoneCallback | None = None,
+    cache: RunCache | None = None,
 ) -> VerifyReport:
     """Verify the selected implementations of ``registry`` (name -> spec); never raises for a bad impl.
 
     ``report.seconds`` is the verification itself; CUDA initialisation (context, first allocation,
     cuBLAS handles) happens before the first row and is reported apart in ``report.setup_seconds``.
+    What rows share lives in ``cache`` (a fresh :class:`RunCache` by default), emptied at the end.
     """
     if seq_len is not None and seq_len < 1:
         raise UsageError(f"--seq-len must be a positive integer, got {seq_len}")
@@ -185,7 +187,7 @@ def run_verify(
         setup["cuda_init"] = _init_cuda()
     started = time.perf_counter()
     results = []
-    cache = RunCache()
+    cache = cache if cache is not None else RunCache()
     try:
         with restored_global_settings():
             pin_numerics()
