@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -138,9 +139,10 @@ def _row_progress(
     In a CI log (stderr not a terminal) a rich ``Live`` display shows nothing until it stops and
     keeps a refresh thread busy meanwhile, so there each finished row is one flushed line instead.
     """
-    if not err.is_terminal:
+    if not (err.is_terminal and not err.is_dumb_terminal and sys.stderr.isatty()):  # FORCE_COLOR too
         yield (lambda planned, index, total: None), (lambda line, index: click.echo(line, err=True))
         return
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from perfguard.verify.numerics import dtype_name
@@ -157,7 +159,7 @@ def _row_progress(
     task = progress.add_task("", total=None)
 
     def on_row(planned: PlannedRow, index: int, total: int) -> None:
-        label = f"{planned.spec.name} [{planned.device} {dtype_name(planned.dtype)}]"
+        label = escape(f"{planned.spec.name} [{planned.device} {dtype_name(planned.dtype)}]")
         progress.update(task, description=label, completed=index, total=total)
 
     def on_done(line: str, index: int) -> None:

@@ -3,11 +3,13 @@
 A *row* builds the implementation once per mode (``longnet``, ``head_groups``) and runs one *case*
 per mode × causal flag.  Per case it does, in this order:
 
-1. the declared pattern (``attention_pattern``): sane, and for "same function" implementations
-   equal to the semantics (:func:`attention.pattern.dilated_pattern`);
+1. the declared pattern (``attention_pattern(..., device=)``, built on the row's device): sane,
+   and for "same function" implementations equal to the semantics
+   (:func:`attention.pattern.dilated_pattern`, built once per run: :mod:`perfguard.verify.shared`);
 2. run A: forward + backward on fresh random inputs (fixed seed, never zeros), after poisoning the
    allocator; return contract, shape/dtype/device, finiteness, backward;
-3. the float64 reference of the *declared* pattern (output and input gradients) against run A;
+3. the float64 reference of the *declared* pattern (output and input gradients) against run A,
+   and from the same softmax the reference of run B (only ``v`` differs);
 4. run A again on copies of the same inputs: determinism;
 5. run B, which differs from A only in ``v``/``value``: together with A it finds unwritten rows.
 
