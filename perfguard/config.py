@@ -1,0 +1,404 @@
+"""``[tool.perfguard]`` in ``pyproject.toml``: thresholds, noise gates, retry, overrides.
+
+Thresholds live in the repository, next to the code they guard, and change through review like
+the code does (peers.md §14 item 7: server-side thresholds go stale).  Every key, its default and
+the reason for the default are documented in ``docs/verdicts.md`` ("Configuration").
+
+Precedence of overrides: **the last matching ``[[tool.perfguard.override]]`` wins**, key by key
+(an override that only sets ``gate`` keeps the threshold an earlier one set).  This is the rule of
+CODEOWNERS and .gitignore: put the general rules first and the exceptions after them.  The CLI's
+``--threshold`` replaces the global ``threshold`` only (and ``memory_threshold`` when that is not
+set); overrides keep their own thresholds.
+
+API
+---
+``load_config(path=None, *, threshold=None) -> Config``  read a pyproject.toml (None or a file
+                                                      without the table: the defaults)
+``find_pyproject(start) -> Path | None``             the nearest pyproject.toml at or above start
+``parse_config(table, source=...) -> Config``        validate an already parsed table
+``Config.rule_for(impl, benchmark, metric, params)``  -> :class:`Rule` for one item
+``Config.with_threshold(t)``                         the CLI's ``--threshold``
+``Config.to_dict()``                                 JSON-able settings (stored with each check)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+from perfguard.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+MiB = 1024 * 1024
+
+#: Metrics the asv suites produce (docs/design.md, "asv suites").
+METRICS = ("time", "memory", "throughput", "efficiency")
+
+_TOP_KEYS = {
+    "threshold",
+    "memory_threshold",
+    "memory_floor_bytes",
+    "alpha",
+    "confidence",
+    "max_iqr_ratio",
+    "max_round_cv",
+    "suspect_fraction",
+    "bootstrap_resamples",
+    "seed",
+    "retry",
+    "override",
+}
+_RETRY_KEYS = {"enabled", "rounds"}
+_SELECTOR_KEYS = ("impl", "benchmark", "metric", "params")
+_SETTING_KEYS = ("threshold", "gate")
+_OVERRIDE_KEYS = {*_SELECTOR_KEYS, *_SETTING_KEYS, "note"}
+
+
+@dataclass(frozen=True)
+class Override:
+    """One ``[[tool.perfguard.override]]``: which items it selects and what it changes.
+
+    Selectors (all given ones must match): ``impl`` and ``benchmark`` are shell globs
+    (``multihead_*``, ``Forward*``), ``metric`` one of :data:`METRICS`, ``params`` a table whose
+    every key must be in the item's params with a value matching (glob on the value's text:
+    ``{seq_len = 256}``, ``{dtype = "*16"}``).  Settings: ``threshold`` (for memory items, the
+    memory threshold), ``gate = false`` (report only, never fails) or ``true``.  ``note`` is free
+    text shown in reports (why the exception exists).
+    """
+
+    impl: str | None = None
+    benchmark: str | None = None
+    metric: str | None = None
+    params: Mapping[str, Any] | None = None
+    threshold: float | None = None
+    gate: bool | None = None
+    note: str | None = None
+
+    def matches(self, impl: str, benchmark: str, metric: str, params: Mapping[str, Any]) -> bool:
+        if self.impl is not None and not fnmatchcase(impl, self.impl):
+            return False
+        if self.benchmark is not None and not fnmatchcase(benchmark, self.benchmark):
+            return False
+        if self.metric is not None and metric != self.metric:
+            return False
+        if self.params:
+            for key, want in self.params.items():
+                if key not in params or not fnmatchcase(str(params[key]), str(want)):
+                    return False
+        return True
+
+    def describe(self) -> str:
+        parts = [f"{k}={getattr(self, k)!r}" for k in ("impl", "benchmark", "metric") if getattr(self, k)]
+        if self.params:
+            parts.append(f"params={dict(self.params)!r}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The settings in force for one item after the overrides.
+
+    ``gate`` is ``None`` when no override decided it (the metric's own default applies: time and
+    memory gate, throughput and TFLOP/s are reported only).  ``source`` says where the threshold
+    and gate came from, for the report.
+    """
+
+    threshold: float
+    gate: bool | None
+    source: str
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class RetryConfig:
+    """Re-measurement of suspects: on/off and rounds per side (interleaved, fresh processes)."""
+
+    enabled: bool = True
+    rounds: int = 5
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every setting the verdicts depend on; the defaults are the documented product defaults."""
+
+    threshold: float = 0.20
+    memory_threshold: float | None = None  # None: the same as threshold
+    memory_floor_bytes: int = 64 * MiB
+    alpha: float = 0.01
+    confidence: float = 0.95
+    max_iqr_ratio: float = 0.10
+    max_round_cv: float = 0.05
+    suspect_fraction: float = 0.75
+    bootstrap_resamples: int = 2000
+    seed: int = 0
+    retry: RetryConfig = field(default_factory=RetryConfig)
+    overrides: tuple[Override, ...] = ()
+    source: str = "defaults"
+    threshold_source: str = "default"
+
+    @property
+    def effective_memory_threshold(self) -> float:
+        return self.threshold if self.memory_threshold is None else self.memory_threshold
+
+    def with_threshold(self, threshold: float | None) -> Config:
+        """The configuration with the CLI's ``--threshold`` as the global threshold (None: unchanged)."""
+        if threshold is None:
+            return self
+        value = _fraction("--threshold", threshold, "the command line")
+        return replace(self, threshold=value, threshold_source="--threshold")
+
+    def rule_for(
+        self, impl: str, benchmark: str, metric: str, params: Mapping[str, Any] | None = None
+    ) -> Rule:
+        """Threshold and gate for one benchmark x params: defaults, then every matching override in order."""
+        params = params or {}
+        if metric == "memory":
+            threshold = self.effective_memory_threshold
+            source = "memory_threshold" if self.memory_threshold is not None else self.threshold_source
+        else:
+            threshold = self.threshold
+            source = self.threshold_source
+        gate: bool | None = None
+        note: str | None = None
+        applied = []
+        for i, ov in enumerate(self.overrides):
+            if not ov.matches(impl, benchmark, metric, params):
+                continue
+            applied.append(f"override #{i + 1} ({ov.describe()})")
+            if ov.threshold is not None:
+                threshold = ov.threshold
+            if ov.gate is not None:
+                gate = ov.gate
+            if ov.note is not None:
+                note = ov.note
+        if applied:
+            source = ", ".join(applied)
+        return Rule(threshold=threshold, gate=gate, source=source, note=note)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as plain JSON-able values (stored with every check)."""
+        return {
+            "threshold": self.threshold,
+            "threshold_source": self.threshold_source,
+            "memory_threshold": self.effective_memory_threshold,
+            "memory_floor_bytes": self.memory_floor_bytes,
+            "alpha": self.alpha,
+            "confidence": self.confidence,
+            "max_iqr_ratio": self.max_iqr_ratio,
+            "max_round_cv": self.max_round_cv,
+            "suspect_fraction": self.suspect_fraction,
+            "bootstrap_resamples": self.bootstrap_resamples,
+            "seed": self.seed,
+            "retry": {"enabled": self.retry.enabled, "rounds": self.retry.rounds},
+            "overrides": [
+                {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in vars(ov).items() if v is not None}
+                for ov in self.overrides
+            ],
+            "source": self.source,
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Loading and validation
+# --------------------------------------------------------------------------------------------
+
+
+def find_pyproject(start: Path) -> Path | None:
+    """The nearest ``pyproject.toml`` in ``start`` or one of its parents."""
+    start = start.resolve()
+    for d in (start, *start.parents):
+        candidate = d / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(path: Path | None = None, *, threshold: float | None = None) -> Config:
+    """Read ``[tool.perfguard]`` from ``path`` (a pyproject.toml); apply ``--threshold``.
+
+    No path, or a file without the table, gives the defaults.  A file that is not valid TOML or a
+    table with an unknown key or a bad value raises :class:`~perfguard.errors.ConfigError` naming
+    the file, the key and the value.
+    """
+    if path is None:
+        return Config().with_threshold(threshold)
+    try:
+        with open(path, "rb") as f:
+            document = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist", hint="pass the project's pyproject.toml") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML: {e}", hint="fix the file's syntax") from None
+    tool = document.get("tool", {})
+    table = tool.get("perfguard", {}) if isinstance(tool, dict) else {}
+    return parse_config(table, source=str(path)).with_threshold(threshold)
+
+
+def parse_config(table: Mapping[str, Any], *, source: str = "[tool.perfguard]") -> Config:
+    """Validate a parsed ``[tool.perfguard]`` table into a :class:`Config`."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{source}: [tool.perfguard] must be a table, not {table!r}")
+    _reject_unknown(table, _TOP_KEYS, "[tool.perfguard]", source)
+    defaults = Config()
+    kw: dict[str, Any] = {"source": source}
+    if "threshold" in table:
+        kw["threshold"] = _fraction("threshold", table["threshold"], source)
+        kw["threshold_source"] = "threshold"
+    if "memory_threshold" in table:
+        kw["memory_threshold"] = _fraction("memory_threshold", table["memory_threshold"], source)
+    if "memory_floor_bytes" in table:
+        kw["memory_floor_bytes"] = _bytes("memory_floor_bytes", table["memory_floor_bytes"], source)
+    if "alpha" in table:
+        kw["alpha"] = _number("alpha", table["alpha"], source, lo=0.0, hi=0.5, what="in (0, 0.5]")
+    if "confidence" in table:
+        kw["confidence"] = _number(
+            "confidence", table["confidence"], source, lo=0.5, hi=1.0, what="in (0.5, 1)", hi_open=True
+        )
+    for key in ("max_iqr_ratio", "max_round_cv"):
+        if key in table:
+            kw[key] = _fraction(key, table[key], source)
+    if "suspect_fraction" in table:
+        kw["suspect_fraction"] = _number(
+            "suspect_fraction", table["suspect_fraction"], source, lo=0.0, hi=1.0, what="in (0, 1]"
+        )
+    if "bootstrap_resamples" in table:
+        kw["bootstrap_resamples"] = _integer("bootstrap_resamples", table["bootstrap_resamples"], source, 100)
+    if "seed" in table:
+        kw["seed"] = _integer("seed", table["seed"], source, 0)
+    if "retry" in table:
+        kw["retry"] = _retry(table["retry"], source, defaults.retry)
+    if "override" in table:
+        kw["overrides"] = _overrides(table["override"], source)
+    return replace(defaults, **kw)
+
+
+def _bad(key: str, value: Any, source: str, expected: str, hint: str | None = None) -> ConfigError:
+    return ConfigError(f"{source}: {key} = {value!r} is not valid: {expected}", hint=hint)
+
+
+def _reject_unknown(table: Mapping[str, Any], known: set[str], where: str, source: str) -> None:
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown key {unknown[0]!r} in {where}",
+            hint=f"known keys: {', '.join(sorted(known))} (see docs/verdicts.md, Configuration)",
+        )
+
+
+def _number(
+    key: str, value: Any, source: str, *, lo: float, hi: float, what: str, hi_open: bool = False
+) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _bad(key, value, source, f"expected a number {what}")
+    v = float(value)
+    if not (lo < v and (v < hi if hi_open else v <= hi)):
+        raise _bad(key, value, source, f"expected a number {what}")
+    return v
+
+
+def _fraction(key: str, value: Any, source: str) -> float:
+    """A relative threshold such as 0.20 (20%): a finite number > 0."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value <= 0:
+        raise _bad(key, value, source, "expected a fraction > 0, e.g. 0.20 for 20%")
+    if value > 10:
+        raise _bad(key, value, source, "expected a fraction such as 0.20 for 20%, not a percentage")
+    return float(value)
+
+
+def _integer(key: str, value: Any, source: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _bad(key, value, source, f"expected an integer >= {minimum}")
+    return value
+
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+}
+
+
+def _bytes(key: str, value: Any, source: str) -> int:
+    """A byte count: an integer, or a string such as "64 MiB" or "1GB"."""
+    if isinstance(value, bool):
+        raise _bad(key, value, source, 'expected bytes: an integer or a string such as "64 MiB"')
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgG]i?[bB]|[bB])?\s*", value)
+        if m:
+            return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+    raise _bad(key, value, source, 'expected bytes: an integer >= 0 or a string such as "64 MiB"')
+
+
+def _retry(value: Any, source: str, defaults: RetryConfig) -> RetryConfig:
+    if not isinstance(value, Mapping):
+        raise _bad("retry", value, source, "expected a table [tool.perfguard.retry]")
+    _reject_unknown(value, _RETRY_KEYS, "[tool.perfguard.retry]", source)
+    enabled = value.get("enabled", defaults.enabled)
+    if not isinstance(enabled, bool):
+        raise _bad("retry.enabled", enabled, source, "expected true or false")
+    rounds = _integer("retry.rounds", value.get("rounds", defaults.rounds), source, 2)
+    return RetryConfig(enabled=enabled, rounds=rounds)
+
+
+def _overrides(value: Any, source: str) -> tuple[Override, ...]:
+    if not isinstance(value, list):
+        raise _bad("override", value, source, "expected an array of tables [[tool.perfguard.override]]")
+    out = []
+    for i, entry in enumerate(value):
+        where = f"override #{i + 1}"
+        if not isinstance(entry, Mapping):
+            raise _bad(where, entry, source, "expected a table")
+        _reject_unknown(entry, _OVERRIDE_KEYS, f"[[tool.perfguard.override]] #{i + 1}", source)
+        if not any(k in entry for k in _SELECTOR_KEYS):
+            raise ConfigError(
+                f"{source}: {where} selects nothing",
+                hint="give at least one of impl, benchmark, metric, params (or set the top-level key)",
+            )
+        if not any(k in entry for k in _SETTING_KEYS):
+            raise ConfigError(f"{source}: {where} changes nothing", hint="give threshold and/or gate")
+        kw: dict[str, Any] = {}
+        for key in ("impl", "benchmark", "note"):
+            if key in entry:
+                if not isinstance(entry[key], str) or not entry[key]:
+                    raise _bad(f"{where}.{key}", entry[key], source, "expected a non-empty string")
+                kw[key] = entry[key]
+        if "metric" in entry:
+            if entry["metric"] not in METRICS:
+                expected = f"expected one of {', '.join(METRICS)}"
+                raise _bad(f"{where}.metric", entry["metric"], source, expected)
+            kw["metric"] = entry["metric"]
+        if "params" in entry:
+            params = entry["params"]
+            if not isinstance(params, Mapping) or not params:
+                expected = "expected a non-empty table such as {seq_len = 256}"
+                raise _bad(f"{where}.params", params, source, expected)
+            for pk, pv in params.items():
+                if not isinstance(pv, str | int | float) or isinstance(pv, bool):
+                    raise _bad(f"{where}.params.{pk}", pv, source, "expected a string or a number")
+            kw["params"] = dict(params)
+        if "threshold" in entry:
+            kw["threshold"] = _fraction(f"{where}.threshold", entry["threshold"], source)
+        if "gate" in entry:
+            if not isinstance(entry["gate"], bool):
+                raise _bad(f"{where}.gate", entry["gate"], source, "expected true or false")
+            kw["gate"] = entry["gate"]
+        out.append(Override(**kw))
+    return tuple(out)

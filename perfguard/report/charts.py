@@ -1,0 +1,406 @@
+"""Chart geometry: the numbers behind the inline SVG the templates draw.
+
+The charts are drawn on the Python side as plain SVG, so a page shows its data with JavaScript
+off, prints, and can be checked by reading the DOM; the small script in ``static/perfguard.js``
+only adds hover read-outs.  This module turns values into viewBox coordinates and tick labels;
+the templates (``templates/macros/charts.html``) turn those into markup.  Coordinates are rounded
+to 0.1 of a viewBox unit: invisible on screen, and it keeps a 1,000-point chart small.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from perfguard.report.formatting import sig3, unit_scale
+
+#: Tableau 10: distinguishable, and still distinguishable for the common colour-vision deficiencies.
+PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#e15759",
+    "#76b7b2",
+    "#59a14f",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+    "#bab0ac",
+)
+
+
+def r1(x: float) -> str:
+    """A coordinate with one decimal, trailing zeros dropped (``12.0`` -> ``12``)."""
+    text = f"{x:.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
+def nice_step(span: float, count: int) -> float:
+    """A 1-2-5 step that cuts ``span`` into about ``count`` intervals."""
+    if span <= 0 or not math.isfinite(span):
+        return 1.0
+    raw = span / max(count, 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    for mult in (1, 2, 2.5, 5, 10):
+        if raw <= mult * magnitude:
+            return mult * magnitude
+    return 10 * magnitude
+
+
+def nice_domain(lo: float, hi: float, count: int = 5) -> tuple[float, float, list[float]]:
+    """A domain covering ``[lo, hi]`` whose ends are ticks, and the ticks."""
+    if hi < lo:
+        lo, hi = hi, lo
+    if hi == lo:
+        pad = abs(hi) * 0.1 or 1.0
+        lo, hi = lo - pad, hi + pad
+    step = nice_step(hi - lo, count)
+    start = math.floor(lo / step) * step
+    stop = math.ceil(hi / step) * step
+    if lo >= 0 > start:
+        start = 0.0
+    ticks = []
+    k = 0
+    while True:
+        t = start + k * step
+        if t > stop + step * 1e-9:
+            break
+        ticks.append(0.0 if abs(t) < step * 1e-9 else t)
+        k += 1
+    return start, stop, ticks
+
+
+@dataclass(frozen=True)
+class Box:
+    """The plot area inside the viewBox."""
+
+    width: float
+    height: float
+    left: float
+    top: float
+    right: float
+    bottom: float
+
+    @property
+    def x0(self) -> float:
+        return self.left
+
+    @property
+    def x1(self) -> float:
+        return self.width - self.right
+
+    @property
+    def y0(self) -> float:  # bottom edge (larger y)
+        return self.height - self.bottom
+
+    @property
+    def y1(self) -> float:  # top edge
+        return self.top
+
+
+@dataclass(frozen=True)
+class Linear:
+    lo: float
+    hi: float
+    px_lo: float
+    px_hi: float
+
+    def __call__(self, v: float) -> float:
+        if self.hi == self.lo:
+            return (self.px_lo + self.px_hi) / 2
+        return self.px_lo + (v - self.lo) / (self.hi - self.lo) * (self.px_hi - self.px_lo)
+
+
+@dataclass(frozen=True)
+class Log:
+    lo: float
+    hi: float
+    px_lo: float
+    px_hi: float
+
+    def __call__(self, v: float) -> float:
+        a, b = math.log(self.lo), math.log(self.hi)
+        if a == b:
+            return (self.px_lo + self.px_hi) / 2
+        return self.px_lo + (math.log(v) - a) / (b - a) * (self.px_hi - self.px_lo)
+
+
+@dataclass(frozen=True)
+class Tick:
+    px: float
+    label: str
+    anchor: str = "middle"
+
+
+@dataclass
+class Marker:
+    """A verdict drawn on a chart: a stored check verdict or a step found in the series."""
+
+    index: int  # position in the series' points
+    x: float
+    y: float
+    kind: str  # regression | improvement
+    source: str  # check | step
+    label: str
+
+
+@dataclass
+class LineChart:
+    """A series over commits: line, confidence band, verdict markers, axes."""
+
+    box: Box
+    y_lo: float
+    y_hi: float
+    polyline: str
+    band: str
+    xs: list[float]
+    ys: list[float]
+    y_ticks: list[Tick]
+    x_ticks: list[Tick]
+    markers: list[Marker] = field(default_factory=list)
+    failures: list[Tick] = field(default_factory=list)  # x of commits whose result failed
+    suffix: str = ""
+
+
+def line_chart(
+    positions: Sequence[int],
+    values: Sequence[float],
+    lows: Sequence[float | None],
+    highs: Sequence[float | None],
+    *,
+    n_commits: int,
+    commit_dates: Sequence[str],
+    unit: str,
+    failed_positions: Sequence[int] = (),
+    width: float = 800,
+    height: float = 260,
+) -> LineChart:
+    """Geometry of one series: ``positions`` index the machine's commits (x), ``values`` are y."""
+    box = Box(width, height, left=66, top=30, right=24, bottom=34)
+    candidates = (
+        [v for v in values] + [v for v in lows if v is not None] + [v for v in highs if v is not None]
+    )
+    data_lo, data_hi = (min(candidates), max(candidates)) if candidates else (0.0, 1.0)
+    # At least ±10% around the middle: a flat, quiet series must look flat, not like noise blown
+    # up to the full height (the PR gate's threshold is 20%, so that is the scale that matters).
+    mid = (data_lo + data_hi) / 2
+    if data_hi - data_lo < 0.2 * abs(mid):
+        data_lo, data_hi = mid - 0.1 * abs(mid), mid + 0.1 * abs(mid)
+    factor, suffix = unit_scale(unit, max(abs(data_lo), abs(data_hi)))
+    lo, hi, ticks = nice_domain(data_lo / factor, data_hi / factor)
+    y = Linear(lo * factor, hi * factor, box.y0, box.y1)
+    x = Linear(0, max(n_commits - 1, 0), box.x0, box.x1)
+    # Inline affine maps: this runs for every point of every chart of the site.
+    x_scale = (box.x1 - box.x0) / (n_commits - 1) if n_commits > 1 else 0.0
+    x_off = box.x0 if n_commits > 1 else (box.x0 + box.x1) / 2
+    y_scale = (box.y1 - box.y0) / (y.hi - y.lo)
+    y_off = box.y0 - y.lo * y_scale
+    xs = [x_off + p * x_scale for p in positions]
+    ys = [y_off + v * y_scale for v in values]
+    polyline = " ".join([f"{a:.1f},{b:.1f}" for a, b in zip(xs, ys, strict=True)])
+    upper = [f"{a:.1f},{y_off + h * y_scale:.1f}" for a, h in zip(xs, highs, strict=True) if h is not None]
+    lower = [f"{a:.1f},{y_off + lw * y_scale:.1f}" for a, lw in zip(xs, lows, strict=True) if lw is not None]
+    band = ""
+    if upper and lower:
+        band = "M" + " L".join(upper + lower[::-1]) + " Z"
+    y_ticks = [Tick(y(t * factor), sig3(t) if t else "0") for t in ticks]
+    x_ticks = []
+    if n_commits:
+        count = min(6, n_commits)
+        chosen = sorted({round(i * (n_commits - 1) / max(count - 1, 1)) for i in range(count)})
+        x_ticks = [
+            Tick(
+                x(i),
+                commit_dates[i],
+                "start" if k == 0 and len(chosen) > 1 else "end" if k == len(chosen) - 1 and k else "middle",
+            )
+            for k, i in enumerate(chosen)
+        ]
+    return LineChart(
+        box=box,
+        y_lo=lo * factor,
+        y_hi=hi * factor,
+        polyline=polyline,
+        band=band,
+        xs=xs,
+        ys=ys,
+        y_ticks=y_ticks,
+        x_ticks=x_ticks,
+        failures=[Tick(x(p), "") for p in failed_positions],
+        suffix=suffix,
+    )
+
+
+@dataclass
+class Sparkline:
+    width: float
+    height: float
+    polyline: str
+    last_x: float
+    last_y: float
+
+
+def sparkline(
+    values: Sequence[float], *, width: float = 120, height: float = 28, buckets: int = 60
+) -> Sparkline:
+    """The whole history in ``buckets`` points (median of each bucket), for the index page."""
+    if len(values) > buckets:
+        size = len(values) / buckets
+        reduced = []
+        for b in range(buckets):
+            chunk = sorted(values[int(b * size) : max(int((b + 1) * size), int(b * size) + 1)])
+            reduced.append(chunk[len(chunk) // 2])
+        reduced[-1] = values[-1]  # the latest value is exact, not a bucket median
+        values = reduced
+    lo, hi = min(values), max(values)
+    if hi == lo:
+        lo, hi = lo - (abs(lo) * 0.05 or 1.0), hi + (abs(hi) * 0.05 or 1.0)
+    x = Linear(0, max(len(values) - 1, 1), 2, width - 3)
+    y = Linear(lo, hi, height - 3, 3)
+    pts = [(x(i), y(v)) for i, v in enumerate(values)]
+    return Sparkline(
+        width=width,
+        height=height,
+        polyline=" ".join(f"{r1(a)},{r1(b)}" for a, b in pts),
+        last_x=pts[-1][0],
+        last_y=pts[-1][1],
+    )
+
+
+def log_ticks(lo: float, hi: float, *, base: float) -> list[float]:
+    """Powers of ``base`` spanning ``[lo, hi]`` (at least the two ends)."""
+    first = math.floor(math.log(lo, base) + 1e-9)
+    last = math.ceil(math.log(hi, base) - 1e-9)
+    return [base**k for k in range(first, last + 1)]
+
+
+@dataclass
+class LogLogLine:
+    name: str
+    color: str
+    polyline: str
+    points: list[tuple[float, float, float, float]]  # (x px, y px, n, value)
+    label: str = ""
+
+
+@dataclass
+class LogLogChart:
+    """Several lines over sequence length, both axes logarithmic."""
+
+    box: Box
+    x_lo: float
+    x_hi: float
+    y_lo: float
+    y_hi: float
+    lines: list[LogLogLine]
+    x_ticks: list[Tick]
+    y_ticks: list[Tick]
+    verticals: list[Tick] = field(default_factory=list)  # crossovers
+    guides: list[LogLogLine] = field(default_factory=list)  # reference slopes
+
+
+def loglog_chart(
+    lines: Sequence[tuple[str, str, Sequence[tuple[float, float]]]],
+    *,
+    unit: str,
+    verticals: Sequence[tuple[float, str]] = (),
+    guide_slopes: Sequence[tuple[float, str]] = (),
+    width: float = 640,
+    height: float = 320,
+) -> LogLogChart:
+    """``lines`` are ``(name, colour, [(n, value), ...])`` with positive n and values."""
+    box = Box(width, height, left=84, top=14, right=16, bottom=38)
+    ns = [n for _, _, pts in lines for n, _ in pts]
+    vs = [v for _, _, pts in lines for _, v in pts]
+    x_ticks_v = log_ticks(min(ns), max(ns), base=2)
+    # Tick every power of 2 up to ~8 labels, else every 4th.
+    ybase = 1024.0 if unit == "bytes" else 10.0
+    y_ticks_v = log_ticks(min(vs), max(vs), base=ybase)
+    if len(y_ticks_v) < 3 and ybase == 1024.0:
+        y_ticks_v = log_ticks(min(vs), max(vs), base=2)
+        if len(y_ticks_v) > 8:
+            y_ticks_v = log_ticks(min(vs), max(vs), base=8)
+    x = Log(x_ticks_v[0], x_ticks_v[-1], box.x0, box.x1)
+    y = Log(y_ticks_v[0], y_ticks_v[-1], box.y0, box.y1)
+    out_lines = []
+    for name, color, pts in lines:
+        coords = [(x(n), y(v), n, v) for n, v in sorted(pts)]
+        out_lines.append(
+            LogLogLine(
+                name=name,
+                color=color,
+                polyline=" ".join(f"{r1(a)},{r1(b)}" for a, b, _, _ in coords),
+                points=coords,
+            )
+        )
+    step = 1 if len(x_ticks_v) <= 9 else 2
+    x_ticks = [Tick(x(t), _count_label(t)) for t in x_ticks_v[::step]]
+    y_ticks = []
+    for t in y_ticks_v:
+        factor, suffix = unit_scale(unit, t)
+        y_ticks.append(Tick(y(t), f"{sig3(t / factor)} {suffix}".strip()))
+    guides = []
+    if guide_slopes and lines:
+        # Anchor the reference slopes at the smallest n and the smallest value: both rise into the plot.
+        n0, n1 = x_ticks_v[0], x_ticks_v[-1]
+        v0 = min(v for _, _, pts in lines for n, v in pts if n == min(ns))
+        for slope, label in guide_slopes:
+            v1 = v0 * (n1 / n0) ** slope
+            # Clip at the top of the plot so a steep guide stays inside the axes.
+            if v1 > y_ticks_v[-1]:
+                n1c = n0 * (y_ticks_v[-1] / v0) ** (1 / slope)
+                v1c = y_ticks_v[-1]
+            else:
+                n1c, v1c = n1, v1
+            guides.append(
+                LogLogLine(
+                    name=label,
+                    color="#888",
+                    polyline=f"{r1(x(n0))},{r1(y(v0))} {r1(x(n1c))},{r1(y(v1c))}",
+                    points=[(x(n1c), y(v1c), n1c, v1c)],
+                    label=label,
+                )
+            )
+    return LogLogChart(
+        box=box,
+        x_lo=x_ticks_v[0],
+        x_hi=x_ticks_v[-1],
+        y_lo=y_ticks_v[0],
+        y_hi=y_ticks_v[-1],
+        lines=out_lines,
+        x_ticks=x_ticks,
+        y_ticks=y_ticks,
+        verticals=[Tick(x(n), label) for n, label in verticals if x_ticks_v[0] <= n <= x_ticks_v[-1]],
+        guides=guides,
+    )
+
+
+def _count_label(n: float) -> str:
+    """Sequence lengths: 512, 4K, 64K, 1M (binary prefixes, as the profiles are written)."""
+    n = round(n)
+    for factor, suffix in ((1 << 20, "M"), (1 << 10, "K")):
+        if n >= factor and n % factor == 0:
+            return f"{n // factor}{suffix}"
+    return str(n)
+
+
+@dataclass
+class RatioAxis:
+    """The shared log axis of the per-row ratio plots in the check report (a forest plot)."""
+
+    lo: float
+    hi: float
+    width: float = 160
+
+    def __call__(self, r: float) -> str:
+        """The x coordinate of ratio ``r`` (clamped to the axis), as SVG text."""
+        r = min(max(r, self.lo), self.hi)
+        return r1(Log(self.lo, self.hi, 4, self.width - 4)(r))
+
+
+def ratio_axis(ratios: Sequence[float], threshold: float) -> RatioAxis:
+    """Wide enough for every ratio and CI bound, and always for ``1 ± threshold`` both ways."""
+    lo = min([1 / (1 + threshold) ** 1.5, *ratios])
+    hi = max([(1 + threshold) ** 1.5, *ratios])
+    return RatioAxis(lo=lo / 1.05, hi=hi * 1.05)

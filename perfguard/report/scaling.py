@@ -1,0 +1,196 @@
+"""Views across sequence lengths: which implementation wins where, and how memory grows.
+
+Both use each series' latest value on a machine.  A group is one machine x benchmark x the
+parameters other than ``impl`` and ``seq_len`` (e.g. dtype); each implementation is a line over
+``seq_len``.
+
+*Crossovers*: where the best implementation changes between two measured sequence lengths, the
+crossing point is interpolated on log-log axes (the lines cross where their log ratio is zero).
+All pairwise crossings are listed too.
+
+*Memory exponent*: the least-squares slope of log(peak memory) against log(seq_len), so linear
+memory reads ≈ 1 and quadratic ≈ 2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import combinations, pairwise
+from typing import Any
+
+from perfguard.report import formatting
+from perfguard.report.series import MachineInfo, Series
+
+SEQ = "seq_len"
+
+
+@dataclass
+class Line:
+    impl: str
+    color: int  # palette index
+    points: dict[int, float]  # seq_len -> latest value
+    shas: dict[int, str]  # seq_len -> commit of that value
+    slug: dict[int, str]  # seq_len -> page of the series
+    exponent: float | None = None
+    fit_points: int = 0
+
+    @property
+    def complexity(self) -> str:
+        """``≈ O(n)`` / ``≈ O(n²)`` when the exponent is near one of them, else ``n^1.43``."""
+        if self.exponent is None:
+            return "–"
+        for k, text in ((1.0, "O(n)"), (2.0, "O(n²)"), (1.5, "O(n^1.5)"), (0.0, "O(1)")):
+            if abs(self.exponent - k) < 0.2:
+                return f"≈ {text}"
+        return f"n^{self.exponent:.2f}"
+
+
+@dataclass
+class Crossover:
+    seq_len: float  # interpolated
+    below: int  # measured seq_len just below
+    above: int
+    before: str  # winner (or first impl) below
+    after: str  # winner above
+
+    @property
+    def label(self) -> str:
+        return f"≈{formatting.sig3(self.seq_len)}"
+
+
+@dataclass
+class Group:
+    machine: MachineInfo
+    benchmark: str
+    params: dict[str, Any]  # without impl and seq_len
+    unit: str
+    direction: str
+    metric: str
+    lines: list[Line]
+    seq_lens: list[int]
+    winners: dict[int, str] = field(default_factory=dict)
+    crossovers: list[Crossover] = field(default_factory=list)  # of the winner
+    pairwise: list[Crossover] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        rest = formatting.params_label(self.params)
+        return f"{formatting.benchmark_label(self.benchmark)}{' · ' + rest if rest else ''}"
+
+    def value(self, impl: str, n: int) -> float | None:
+        for line in self.lines:
+            if line.impl == impl:
+                return line.points.get(n)
+        return None
+
+
+def _better(direction: str, a: float, b: float) -> bool:
+    return a > b if direction == "higher" else a < b
+
+
+def groups(
+    series: Sequence[Series],
+    *,
+    metrics: Sequence[str],
+    colors: dict[str, int],
+    slugs: dict[tuple[str, str], str],
+    min_lines: int = 1,
+) -> list[Group]:
+    """Groups of series over seq_len with the latest value per implementation."""
+    buckets: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[Series]] = defaultdict(list)
+    for s in series:
+        if s.metric not in metrics or SEQ not in s.params or not s.points:
+            continue
+        try:
+            int(s.params[SEQ])
+        except (TypeError, ValueError):
+            continue
+        rest = tuple(sorted((k, str(v)) for k, v in s.params.items() if k not in ("impl", SEQ)))
+        buckets[(s.machine.key, s.benchmark, rest)].append(s)
+    out = []
+    for (_, benchmark, rest), members in buckets.items():
+        lines: dict[str, Line] = {}
+        for s in members:
+            latest = s.latest
+            if latest is None or latest.value is None or latest.value <= 0:
+                continue
+            n = int(s.params[SEQ])
+            line = lines.setdefault(s.impl, Line(s.impl, colors.get(s.impl, 0) % 10, {}, {}, {}))
+            line.points[n] = latest.value
+            line.shas[n] = latest.commit.short
+            line.slug[n] = slugs[s.page_key]
+        if len(lines) < min_lines:
+            continue
+        first = members[0]
+        ordered = sorted(lines.values(), key=lambda ln: ln.impl)
+        seq_lens = sorted({n for ln in ordered for n in ln.points})
+        group = Group(
+            machine=first.machine,
+            benchmark=benchmark,
+            params=dict(rest),
+            unit=first.unit,
+            direction=first.direction,
+            metric=first.metric,
+            lines=ordered,
+            seq_lens=seq_lens,
+        )
+        _crossovers(group)
+        for line in ordered:
+            _fit(line)
+        out.append(group)
+    out.sort(key=lambda g: (g.machine.key, g.benchmark, sorted(g.params.items())))
+    return out
+
+
+def _cross(n0: int, n1: int, d0: float, d1: float) -> float:
+    """Where a line through (log n0, d0) and (log n1, d1) crosses zero, back in n."""
+    t = d0 / (d0 - d1)
+    return math.exp(math.log(n0) + t * (math.log(n1) - math.log(n0)))
+
+
+def _crossovers(group: Group) -> None:
+    for n in group.seq_lens:
+        best = None
+        for line in group.lines:
+            v = line.points.get(n)
+            if v is not None and (best is None or _better(group.direction, v, best[1])):
+                best = (line.impl, v)
+        if best is not None:
+            group.winners[n] = best[0]
+    # The winner's changes, interpolated between the two impls involved.
+    for n0, n1 in zip(group.seq_lens, group.seq_lens[1:], strict=False):
+        a, b = group.winners.get(n0), group.winners.get(n1)
+        if a is None or b is None or a == b:
+            continue
+        va0, va1, vb0, vb1 = group.value(a, n0), group.value(a, n1), group.value(b, n0), group.value(b, n1)
+        if None in (va0, va1, vb0, vb1):
+            at = math.sqrt(n0 * n1)  # not measured on both sides: the geometric midpoint
+        else:
+            at = _cross(n0, n1, math.log(va0 / vb0), math.log(va1 / vb1))  # type: ignore[operator]
+        group.crossovers.append(Crossover(at, n0, n1, a, b))
+    for la, lb in combinations(group.lines, 2):
+        common = sorted(set(la.points) & set(lb.points))
+        for n0, n1 in pairwise(common):
+            d0 = math.log(la.points[n0] / lb.points[n0])
+            d1 = math.log(la.points[n1] / lb.points[n1])
+            if d0 == 0 or d1 == 0 or (d0 > 0) == (d1 > 0):
+                continue
+            a_first = _better(group.direction, la.points[n0], lb.points[n0])
+            before, after = (la.impl, lb.impl) if a_first else (lb.impl, la.impl)
+            group.pairwise.append(Crossover(_cross(n0, n1, d0, d1), n0, n1, before, after))
+    group.pairwise.sort(key=lambda c: (c.seq_len, c.before, c.after))
+
+
+def _fit(line: Line) -> None:
+    pts = [(math.log(n), math.log(v)) for n, v in sorted(line.points.items()) if n > 0 and v > 0]
+    line.fit_points = len(pts)
+    if len(pts) < 2 or len({x for x, _ in pts}) < 2:
+        return
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    sxy = sum((x - mx) * (y - my) for x, y in pts)
+    line.exponent = sxy / sxx

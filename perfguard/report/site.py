@@ -1,0 +1,436 @@
+"""The static history site: ``perfguard report --out DIR``.
+
+Plain files that work from ``file://`` and from GitHub Pages (relative links only, data embedded
+in the pages as JSON blocks, no request of any kind, guarded by a Content-Security-Policy):
+
+==========================  ==========================================================================
+``index.html``              implementations x machines: latest value, change, sparkline per series
+``bench/<slug>.html``       one page per benchmark x params: its series over commits on each machine,
+                            hover read-out (commit, date, value, CI), regressions / improvements marked
+``compare.html``            implementations against each other over sequence length, with crossovers
+``memory.html``             peak memory against sequence length, log-log, with the fitted exponent
+``regressions.html``        every marked change, newest first
+``data/history.json|.csv``  every point of every series (downloads)
+``static/``                 the stylesheet and script (from ``perfguard/static``)
+==========================  ==========================================================================
+
+The site is rebuilt from scratch each time; a directory is only overwritten when it holds a
+previous perfguard site (marker file ``.perfguard-site``), so a wrong ``--out`` cannot wipe
+something else.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from perfguard.errors import UsageError
+from perfguard.report import formatting
+from perfguard.report.charts import PALETTE, LineChart, Marker, line_chart, loglog_chart, sparkline
+from perfguard.report.queries import HISTORY_PURPOSES, open_store, verdict_marks
+from perfguard.report.scaling import Group, groups
+from perfguard.report.series import MachineInfo, Series, assemble, mark_checks, mark_steps, page_slug
+from perfguard.report.templating import SITE_CSP, STATIC_FILES, environment, static_text
+
+SITE_MARKER = ".perfguard-site"
+HISTORY_SCHEMA = "perfguard-history/1"
+TIME_METRICS = ("time",)
+MEMORY_METRICS = ("memory",)
+
+
+@dataclass(frozen=True)
+class SiteSummary:
+    """What ``build_site`` wrote, for the CLI to print and the benchmark script to record."""
+
+    out_dir: Path
+    pages: int
+    series: int
+    points: int
+    commits: int
+    machines: int
+    step_marks: int
+    check_marks: int
+    index_bytes: int
+    total_bytes: int
+    seconds: float
+
+
+def build_site(
+    source: Any,
+    out_dir: str | Path,
+    *,
+    step_threshold: float = 0.05,
+    workers: int | None = None,
+    title: str = "perfguard history",
+) -> SiteSummary:
+    """Render the whole site from the store into ``out_dir`` (see the module docstring)."""
+    started = time.perf_counter()
+    out = Path(out_dir)
+    _check_out(out)  # refuse a wrong --out before reading anything; write nothing until the store is read
+    with open_store(source) as store:
+        stored = store.series(purposes=HISTORY_PURPOSES)
+        machines_stored = store.machines()
+        vmarks = verdict_marks(store)
+    machines, series = assemble(stored, machines_stored)
+    del stored
+    mark_steps(series, threshold=step_threshold, workers=workers)
+    mark_checks(series, vmarks)
+
+    _prepare(out)
+    pages: dict[tuple[str, str], list[Series]] = defaultdict(list)
+    for s in series:
+        pages[s.page_key].append(s)
+    slugs = {
+        key: page_slug(members[0].benchmark, members[0].params, key[1]) for key, members in pages.items()
+    }
+    impls = sorted({s.impl for s in series})
+    colors = {impl: i for i, impl in enumerate(impls)}
+    n_commits = len({c.sha for m in machines for c in m.commits})
+    common = {
+        "csp": SITE_CSP,
+        "inline_assets": False,
+        "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "n_series": len(series),
+        "n_commits": n_commits,
+        "n_machines": len(machines),
+        "site_title": title,
+    }
+    env = environment()
+
+    def write(rel: str, template: str, **context: Any) -> int:
+        depth = rel.count("/")
+        text = env.get_template(template).render(root="../" * depth, **common, **context)
+        path = out / rel
+        path.write_text(text, encoding="utf-8")
+        return len(text.encode("utf-8"))
+
+    (out / "bench").mkdir(parents=True, exist_ok=True)
+    (out / "static").mkdir(exist_ok=True)
+    (out / "data").mkdir(exist_ok=True)
+    for name in STATIC_FILES:
+        (out / "static" / name).write_text(static_text(name), encoding="utf-8")
+
+    date_labels = {m.key: [c.date.strftime("%Y-%m-%d") for c in m.commits] for m in machines}
+    by_benchmark: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    for key, members in pages.items():
+        s = members[0]
+        link = (s.impl, formatting.natural_key(s.other_params), formatting.params_label(s.params), slugs[key])
+        by_benchmark[s.benchmark].append(link)
+    for links in by_benchmark.values():
+        links.sort()
+    for key, members in pages.items():
+        first = members[0]
+        siblings = [link for link in by_benchmark[first.benchmark] if link[3] != slugs[key]]
+        write(
+            f"bench/{slugs[key]}.html",
+            "site/benchmark.html",
+            page="benchmark",
+            first=first,
+            chart_views=[_chart_view(s, k, date_labels[s.machine.key]) for k, s in enumerate(members)],
+            siblings=[(impl, label, slug) for impl, _, label, slug in siblings],
+        )
+
+    index_bytes = write(
+        "index.html",
+        "site/index.html",
+        page="index",
+        machines=machines,
+        rows=_index_rows(series, slugs, machines),
+        recent=_recent_marks(series, slugs)[:10],
+        title=title,
+    )
+    write(
+        "compare.html",
+        "site/compare.html",
+        page="compare",
+        groups=[
+            _group_view(g, memory=False)
+            for g in groups(
+                series,
+                metrics=(*TIME_METRICS, "throughput", "efficiency"),
+                colors=colors,
+                slugs=slugs,
+                min_lines=2,
+            )
+        ],
+    )
+    write(
+        "memory.html",
+        "site/memory.html",
+        page="memory",
+        groups=[
+            _group_view(g, memory=True)
+            for g in groups(series, metrics=MEMORY_METRICS, colors=colors, slugs=slugs)
+        ],
+    )
+    write("regressions.html", "site/regressions.html", page="regressions", marks=_recent_marks(series, slugs))
+    _write_data(out, machines, series)
+    (out / ".nojekyll").write_text("", encoding="utf-8")  # GitHub Pages: serve the files as they are
+    (out / SITE_MARKER).write_text(
+        "written by perfguard report; safe to delete with the site\n", encoding="utf-8"
+    )
+
+    total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    return SiteSummary(
+        out_dir=out,
+        pages=len(pages) + 4,
+        series=len(series),
+        points=sum(len(s.points) for s in series),
+        commits=n_commits,
+        machines=len(machines),
+        step_marks=sum(1 for s in series for m in s.marks if m.source == "step"),
+        check_marks=sum(1 for s in series for m in s.marks if m.source == "check"),
+        index_bytes=index_bytes,
+        total_bytes=total,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _check_out(out: Path) -> None:
+    """``out`` must be new, empty, or a previous perfguard site."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} is a file", hint="pass a directory to --out")
+    if out.is_dir() and any(out.iterdir()) and not (out / SITE_MARKER).is_file():
+        raise UsageError(
+            f"{out} is not empty and holds no perfguard site",
+            hint="pass an empty or new directory to --out (perfguard only replaces its own sites)",
+        )
+
+
+def _prepare(out: Path) -> None:
+    """Create ``out``, or clear the previous perfguard site there."""
+    _check_out(out)
+    if out.is_dir() and any(out.iterdir()):
+        for child in ("bench", "data", "static"):
+            shutil.rmtree(out / child, ignore_errors=True)
+        for page in out.glob("*.html"):
+            page.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+
+
+@dataclass
+class ChartView:
+    series: Series
+    chart: LineChart
+    data: dict[str, Any]
+    data_id: str
+
+
+def _chart_view(s: Series, k: int, dates: list[str]) -> ChartView:
+    pts = s.points
+    chart = line_chart(
+        [p.position for p in pts],
+        [p.value for p in pts],  # type: ignore[misc]
+        [p.low for p in pts],
+        [p.high for p in pts],
+        n_commits=len(s.machine.commits),
+        commit_dates=dates,
+        unit=s.unit,
+        failed_positions=[p.position for p in s.failures],
+    )
+    offsets = {"step": 11, "check": 22}
+    for m in s.marks:
+        x, y = chart.xs[m.index], chart.ys[m.index]
+        dy = -offsets[m.source] if m.kind == "regression" else offsets[m.source]
+        y = min(max(y + dy, 7.0), chart.box.y0 + chart.box.bottom - 7.0)
+        chart.markers.append(Marker(m.index, x, y, m.kind, m.source, m.summary))
+    marks: dict[str, str] = {}
+    for m in s.marks:
+        marks[str(m.index)] = (marks[str(m.index)] + "; " if str(m.index) in marks else "") + m.summary
+    values = [p.value for p in pts]
+    fmt = formatting.ValueFormatter(s.unit, sorted(values)[len(values) // 2] if values else 0.0)
+    data = {
+        "x": [round(x, 1) for x in chart.xs],
+        "y": [round(y, 1) for y in chart.ys],
+        "sha": [p.commit.short for p in pts],
+        "subject": [p.commit.subject[:72] for p in pts],
+        "date": [p.commit.when for p in pts],
+        "value": [fmt(v) for v in values],
+        "ci": [
+            f"{fmt.number(p.low)} – {fmt(p.high)} ({p.interval}, n={p.n})"
+            if p.low is not None
+            else f"– (n={p.n})"
+            for p in pts
+        ],
+        "marks": marks,
+    }
+    return ChartView(series=s, chart=chart, data=data, data_id=f"points-{k}")
+
+
+@dataclass
+class IndexCell:
+    series: Series
+    latest: str
+    change: str
+    change_class: str
+    spark: Any
+    regressed: bool
+    title: str
+
+
+@dataclass
+class IndexRow:
+    impl: str
+    benchmark: str
+    params: str
+    slug: str
+    cells: dict[str, IndexCell]
+
+
+def _index_rows(
+    series: list[Series], slugs: dict[tuple[str, str], str], machines: list[MachineInfo]
+) -> list[IndexRow]:
+    rows: dict[tuple[str, str], IndexRow] = {}
+    for s in series:
+        if not s.points:
+            continue
+        row = rows.setdefault(
+            s.page_key,
+            IndexRow(s.impl, s.benchmark, formatting.params_label(s.params), slugs[s.page_key], {}),
+        )
+        latest = s.points[-1]
+        change, cls = "", ""
+        if len(s.points) >= 2 and s.points[-2].value:
+            ratio = latest.value / s.points[-2].value  # type: ignore[operator]
+            change = formatting.format_change(ratio)
+            worse = ratio > 1 if s.direction != "higher" else ratio < 1
+            big = abs(ratio - 1) >= 0.05
+            cls = ("delta-bad" if worse else "delta-good") if big else "muted small"
+        last = s.last_mark
+        row.cells[s.machine.key] = IndexCell(
+            series=s,
+            latest=formatting.format_value(latest.value, s.unit),
+            change=change,
+            change_class=cls,
+            spark=sparkline(s.values),
+            regressed=last is not None and last.kind == "regression",
+            title=(
+                f"{len(s.points)} points; latest {latest.commit.short} "
+                f"{formatting.format_date(latest.commit.date)}"
+                + (f"; last change: {last.summary}" if last else "")
+            ),
+        )
+    return list(rows.values())
+
+
+@dataclass
+class ChangeView:
+    series: Series
+    slug: str
+    kind: str
+    source: str
+    text: str
+    sha: str
+    date: datetime
+
+
+def _recent_marks(series: list[Series], slugs: dict[tuple[str, str], str]) -> list[ChangeView]:
+    out = [
+        ChangeView(
+            s,
+            slugs[s.page_key],
+            m.kind,
+            m.source,
+            m.text,
+            s.points[m.index].commit.short,
+            s.points[m.index].commit.date,
+        )
+        for s in series
+        for m in s.marks
+    ]
+    out.sort(key=lambda c: (c.date.replace(tzinfo=None), c.source), reverse=True)
+    return out
+
+
+@dataclass
+class GroupView:
+    group: Group
+    chart: Any
+
+
+def _group_view(g: Group, *, memory: bool) -> GroupView:
+    lines = [(ln.impl, PALETTE[ln.color], list(ln.points.items())) for ln in g.lines]
+    chart = loglog_chart(
+        lines,
+        unit=g.unit,
+        verticals=[(c.seq_len, c.label) for c in g.crossovers],
+        guide_slopes=((1.0, "O(n)"), (2.0, "O(n²)")) if memory else (),
+    )
+    return GroupView(group=g, chart=chart)
+
+
+def _write_data(out: Path, machines: list[MachineInfo], series: list[Series]) -> None:
+    """The downloads: one JSON document (columnar points per series) and one long CSV."""
+    doc = {
+        "schema": HISTORY_SCHEMA,
+        "machines": [{"key": m.key, "label": m.label, "kind": m.kind} for m in machines],
+        "series": [
+            {
+                "machine": s.machine.key,
+                "benchmark": s.benchmark,
+                "impl": s.impl,
+                "params": s.params,
+                "params_key": s.params_key,
+                "metric": s.metric,
+                "unit": s.unit,
+                "direction": s.direction,
+                "gated": s.gated,
+                "points": {
+                    "sha": [p.commit.sha for p in s.points],
+                    "committed_at": [p.commit.iso for p in s.points],
+                    "value": [p.value for p in s.points],
+                    "low": [p.low for p in s.points],
+                    "high": [p.high for p in s.points],
+                    "interval": [p.interval for p in s.points],
+                    "n": [p.n for p in s.points],
+                    "method": [p.method for p in s.points],
+                },
+                "marks": [
+                    {"sha": s.points[m.index].commit.sha, "kind": m.kind, "source": m.source, "text": m.text}
+                    for m in s.marks
+                ],
+            }
+            for s in series
+        ],
+    }
+    # json.dumps, not json.dump: only the former runs the C encoder over the whole document.
+    (out / "data" / "history.json").write_text(json.dumps(doc, separators=(",", ":")), encoding="utf-8")
+    # CSV: the constant fields of a series are quoted once; per point only numbers, hex shas,
+    # ISO dates and fixed labels follow, which never need quoting (method is quoted via a cache).
+    header = "machine,benchmark,impl,params,metric,unit,sha,committed_at,value,low,high,interval,n,method\r\n"
+    quoted: dict[str | None, str] = {}
+
+    def q(text: str | None) -> str:
+        if text not in quoted:
+            buf = io.StringIO()
+            csv.writer(buf, lineterminator="").writerow(["" if text is None else text])
+            quoted[text] = buf.getvalue()
+        return quoted[text]
+
+    lines = [header]
+    for s in series:
+        prefix = ",".join(
+            q(v)
+            for v in (
+                s.machine.key,
+                s.benchmark,
+                s.impl,
+                json.dumps(s.params, sort_keys=True),
+                s.metric,
+                s.unit,
+            )
+        )
+        lines.extend(
+            f"{prefix},{p.commit.sha},{p.commit.iso},{p.value!r},{'' if p.low is None else repr(p.low)},"
+            f"{'' if p.high is None else repr(p.high)},{p.interval},{p.n},{q(p.method)}\r\n"
+            for p in s.points
+        )
+    (out / "data" / "history.csv").write_text("".join(lines), encoding="utf-8", newline="")

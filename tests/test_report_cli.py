@@ -1,0 +1,107 @@
+"""``perfguard report`` and ``perfguard history`` through the real CLI (a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from report_store import XSS, HistoryFacts, build_check_store, build_history_store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def perfguard(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "perfguard", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> HistoryFacts:
+    return build_history_store(tmp_path_factory.mktemp("cli") / "history.db")
+
+
+def test_report_out_writes_the_site(history: HistoryFacts, tmp_path: Path) -> None:
+    out = tmp_path / "site"
+    result = perfguard("report", "--out", str(out), "--db", history.url)
+    assert result.returncode == 0, result.stderr
+    assert "29 series over 12 commits on 2 machines" in result.stderr
+    for name in ("index.html", "compare.html", "memory.html", "regressions.html", "data/history.csv"):
+        assert (out / name).is_file(), name
+    # A second run replaces its own site...
+    again = perfguard("report", "--out", str(out), "--db", history.url)
+    assert again.returncode == 0, again.stderr
+    # ...but never a directory that holds something else.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "precious.txt").write_text("keep me")
+    refused = perfguard("report", "--out", str(other), "--db", history.url)
+    assert refused.returncode == 2
+    assert "holds no perfguard site" in refused.stderr
+    assert (other / "precious.txt").read_text() == "keep me"
+
+
+def test_report_check_writes_all_three_forms(tmp_path: Path) -> None:
+    checks = build_check_store(tmp_path / "checks.db")
+    html, js = tmp_path / "r" / "check.html", tmp_path / "r" / "check.json"
+    result = perfguard(
+        "report",
+        "--check",
+        str(checks.mixed_id),
+        "--markdown",
+        "-",
+        "--html",
+        str(html),
+        "--json",
+        str(js),
+        "--db",
+        checks.url,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("<!-- perfguard-report -->\n### ❌ perfguard: 2 regressions")
+    assert "<script>" not in html.read_text() or html.read_text().count("<script>") == 1
+    doc = json.loads(js.read_text())
+    assert doc["check_id"] == checks.mixed_id and doc["verdict"] == "regression"
+    assert any(i["benchmark"] == XSS for i in doc["items"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "nothing to render"),
+        (("--markdown", "x.md"), "add --check ID"),
+        (("--check", "1"), "needs somewhere to write"),
+        (("--check", "999", "--json", "-"), "no check with id 999"),
+        (
+            ("--out", "site", "--db", "sqlite:////nonexistent/history.db"),
+            "no history store at /nonexistent/history.db",
+        ),
+        (("--out", "site", "--db", "nosuch://x"), "unsupported database"),
+    ],
+)
+def test_report_usage_errors_exit_2_with_a_hint(
+    history: HistoryFacts, tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    if "--db" not in args:
+        args = (*args, "--db", history.url)
+    result = perfguard("report", *args, cwd=tmp_path)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "site").exists()
+
+
+def test_missing_default_store_is_an_error_not_a_new_file(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    result = perfguard("report", "--out", str(tmp_path / "site"), cwd=tmp_path)
+    assert result.returncode == 2
+    assert ".perfguard/history.db" in result.stderr and "hint:" in result.stderr
+    assert not (tmp_path / ".perfguard").exists()

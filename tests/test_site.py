@@ -1,0 +1,172 @@
+"""The history site's data, without a browser: downloads, marks, intervals, crossovers, exponents."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+from report_store import FORWARD, REGRESSED_AT, HistoryFacts, build_history_store, params_key
+from sqlalchemy import create_engine, func, select
+from sqlalchemy.orm import Session
+
+from perfguard.report import SiteSummary, build_site
+from perfguard.report.scaling import groups
+from perfguard.report.series import MachineInfo, Point, Series, median_interval
+from perfguard.store import Store
+from perfguard.store.models import Commit, Result, Run
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[HistoryFacts, SiteSummary]:
+    root = tmp_path_factory.mktemp("site-data")
+    facts = build_history_store(root / "history.db")
+    return facts, build_site(facts.url, root / "site")
+
+
+def _history_count(url: str) -> int:
+    engine = create_engine(url)
+    with Session(engine) as session:
+        n = session.scalar(
+            select(func.count(Result.id))
+            .join(Run, Result.run_id == Run.id)
+            .join(Commit, Run.commit_id == Commit.id)
+            .where(Run.purpose == "run", Commit.dirty.is_(False), Result.status == "ok")
+        )
+    engine.dispose()
+    return int(n or 0)
+
+
+def test_summary_counts_what_the_store_holds(built: tuple[HistoryFacts, SiteSummary]) -> None:
+    facts, summary = built
+    assert summary.commits == len(facts.shas)  # the PR head and the dirty tree are not history
+    assert summary.machines == 2
+    assert summary.points == _history_count(facts.url)
+    assert summary.series == 3 * 3 * 2 + 3 * 3 + 2  # time on both, memory on the GPU, the XSS bench
+    assert summary.check_marks == 1
+    assert summary.index_bytes == (summary.out_dir / "index.html").stat().st_size
+
+
+def test_csv_and_json_downloads_hold_every_point(built: tuple[HistoryFacts, SiteSummary]) -> None:
+    facts, summary = built
+    with (summary.out_dir / "data" / "history.csv").open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == summary.points
+    doc = json.loads((summary.out_dir / "data" / "history.json").read_text(encoding="utf-8"))
+    assert doc["schema"] == "perfguard-history/1"
+    assert sum(len(s["points"]["value"]) for s in doc["series"]) == summary.points
+    # One series, checked value by value against the store.
+    key = params_key({"impl": "ring", "seq_len": 1024, "dtype": "float32"})
+    engine = create_engine(facts.url)
+    with Session(engine) as session:
+        stored = session.execute(
+            select(Commit.sha, Result.value)
+            .join(Run, Result.run_id == Run.id)
+            .join(Commit, Run.commit_id == Commit.id)
+            .where(Result.benchmark == FORWARD, Result.params_key == key, Run.purpose == "run")
+            .where(Commit.dirty.is_(False))
+            .where(Run.machine.has(key=facts.gpu_key))
+            .order_by(Commit.committed_at)
+        ).all()
+    engine.dispose()
+    csv_series = [
+        (r["sha"], float(r["value"]))
+        for r in rows
+        if r["machine"] == facts.gpu_key
+        and r["benchmark"] == FORWARD
+        and json.loads(r["params"])["impl"] == "ring"
+        and json.loads(r["params"])["seq_len"] == 1024
+    ]
+    assert csv_series == [(sha, value) for sha, value in stored]
+    (series,) = [
+        s
+        for s in doc["series"]
+        if s["machine"] == facts.gpu_key and s["benchmark"] == FORWARD and s["params_key"] == key
+    ]
+    assert series["points"]["value"] == [value for _, value in stored]
+    assert all(
+        lo <= v <= hi
+        for lo, v, hi in zip(
+            series["points"]["low"], series["points"]["value"], series["points"]["high"], strict=True
+        )
+    )
+
+
+def test_only_the_planted_step_is_found(built: tuple[HistoryFacts, SiteSummary]) -> None:
+    facts, summary = built
+    doc = json.loads((summary.out_dir / "data" / "history.json").read_text(encoding="utf-8"))
+    marked = [(s["machine"], s["benchmark"], s["params_key"], m) for s in doc["series"] for m in s["marks"]]
+    steps = [m for m in marked if m[3]["source"] == "step"]
+    checks = [m for m in marked if m[3]["source"] == "check"]
+    key = params_key({"impl": "ring", "seq_len": 1024, "dtype": "float32"})
+    assert [(m[0], m[1], m[2], m[3]["sha"], m[3]["kind"]) for m in steps] == [
+        (facts.gpu_key, FORWARD, key, facts.shas[REGRESSED_AT], "regression")
+    ]
+    change = float(steps[0][3]["text"].split("%")[0])  # "+49.6% (52.3 µs → 78.2 µs) from …"
+    assert change == pytest.approx(50, abs=2)  # planted +50%, measured through ±1% sample noise
+    assert [(m[0], m[2], m[3]["sha"], m[3]["kind"]) for m in checks] == [
+        (facts.gpu_key, key, facts.shas[REGRESSED_AT], "regression")
+    ]
+
+
+def test_point_interval_is_the_normal_approximation_of_the_median_ci() -> None:
+    """median ± 1.96 · 1.2533 · (IQR / 1.349) / √n; checked against a simulation, not a constant."""
+    import random
+    import statistics
+
+    rng = random.Random(7)
+    n, covered, trials = 20, 0, 2000
+    for _ in range(trials):
+        xs = [rng.gauss(10.0, 1.0) for _ in range(n)]
+        q25, _, q75 = statistics.quantiles(xs, n=4, method="inclusive")
+        low, high = median_interval(statistics.median(xs), q25, q75, n)  # type: ignore[misc]
+        covered += low <= 10.0 <= high
+    assert 0.92 <= covered / trials <= 0.98
+    assert median_interval(1.0, 0.9, 1.1, 1) is None
+    assert median_interval(1.0, None, None, 10) is None
+
+
+def _series(impl: str, metric: str, points: dict[int, float], machine: MachineInfo) -> Series:
+    from datetime import datetime, timezone
+
+    from perfguard.report.series import CommitInfo
+
+    commit = CommitInfo("a" * 40, datetime(2026, 1, 1, tzinfo=timezone.utc), "s")
+    s = Series(
+        machine, "b.F.track_time", impl, {"impl": impl, "seq_len": 0}, "", metric, "seconds", "lower", True
+    )
+    out = []
+    for n, v in points.items():
+        copy = Series(
+            **{**s.__dict__, "params": {"impl": impl, "seq_len": n}, "params_key": f"impl={impl},seq_len={n}"}
+        )
+        copy.points = [Point(0, commit, v, None, None, "", 1, None, "ok")]
+        out.append(copy)
+    return out  # type: ignore[return-value]
+
+
+def test_crossover_of_power_laws_is_exact() -> None:
+    """a·n and b·n² cross at n = a/b; log-log interpolation is exact for power laws."""
+    machine = MachineInfo("m", "M", "cuda")
+    a, b = 3e-6, 1e-9  # cross at 3000
+    linear = _series("ring", "time", {n: a * n for n in (1024, 2048, 4096, 8192)}, machine)
+    square = _series("dilated", "time", {n: b * n * n for n in (1024, 2048, 4096, 8192)}, machine)
+    slugs = {s.page_key: "x" for s in linear + square}
+    (group,) = groups(linear + square, metrics=("time",), colors={}, slugs=slugs, min_lines=2)
+    assert group.winners == {1024: "dilated", 2048: "dilated", 4096: "ring", 8192: "ring"}
+    (cross,) = group.crossovers
+    assert cross.seq_len == pytest.approx(a / b, rel=1e-9)
+    assert (cross.below, cross.above, cross.before, cross.after) == (2048, 4096, "dilated", "ring")
+    exponents = {line.impl: line.exponent for line in group.lines}
+    assert exponents["ring"] == pytest.approx(1.0) and exponents["dilated"] == pytest.approx(2.0)
+
+
+def test_empty_store_renders_an_empty_site(tmp_path: Path) -> None:
+    with Store.open(f"sqlite:///{tmp_path / 'empty.db'}") as store:  # a Store is accepted as well as a URL
+        summary = build_site(store, tmp_path / "site")
+    assert summary.series == 0 and summary.points == 0
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert "No results are stored yet" in index
+    assert math.isfinite(summary.seconds)
