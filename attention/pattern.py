@@ -129,9 +129,10 @@ def add_segment_blocks(counts: torch.Tensor, keep: torch.Tensor, is_causal: bool
     """
     n = counts.shape[1]
     w = keep.shape[1]
-    pair = keep[:, :, None] & keep[:, None, :]  # (H, w, w)
+    keep = keep[:, :n]  # a segment longer than the sequence: only its first n positions exist
+    pair = keep[:, :, None] & keep[:, None, :]  # (H, min(w, n), min(w, n))
     if is_causal:
-        pair &= torch.ones(w, w, dtype=torch.bool, device=counts.device).tril()
+        pair = pair.tril()
     pair = pair.to(counts.dtype)  # adding ints is twice as fast as promoting bools on the fly
     full, rest = divmod(n, w)
     if full:

@@ -199,3 +199,11 @@ def test_references_for_several_values_equal_one_reference_each() -> None:
     assert torch.equal(both[0], multihead_reference(module, x, x, y1, is_causal=True))
     given = module.attention_pattern(37, True)
     assert torch.equal(both[1], multihead_reference(module, x, x, y2, is_causal=True, counts=given))
+
+
+def test_segments_longer_than_the_sequence_cost_only_the_sequence() -> None:
+    """A 1M-position segment on 10 tokens: the pair mask is (H, 10, 10), not (H, 1M, 1M)."""
+    segs, rates = [4, 1 << 20], [2, 1 << 10]
+    for causal in (False, True):
+        got = dilated_pattern(10, 3, segs, rates, "longnet", causal)
+        assert torch.equal(got, _loop_pattern(10, 3, segs, rates, "longnet", causal))
