@@ -160,14 +160,26 @@ def block_pattern(
     return active
 
 
-def token_mask(active: torch.Tensor, seq_len: int, block_size: int, is_causal: bool) -> torch.Tensor:
-    """Bool ``(n, n)``: query p sees key k (its blocks' pair is active; causal: k <= p)."""
-    pos = torch.arange(seq_len)
-    blk = pos // block_size
-    mask = active[blk[:, None], blk[None, :]]
+def token_mask(
+    active: torch.Tensor,
+    seq_len: int,
+    block_size: int,
+    is_causal: bool,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Bool ``(n, n)`` on ``device`` (default: ``active``'s): query p sees key k (its blocks' pair
+    is active; causal: k <= p).
+
+    Each block pair is broadcast to its ``block_size × block_size`` tile (a view, then one copy),
+    rather than gathered through an ``(n, n)`` index, and built where it will be used.
+    """
+    active = active.to(device if device is not None else active.device)
+    nb = active.shape[0]
+    tiles = active[:, None, :, None].expand(nb, block_size, nb, block_size)
+    mask = tiles.reshape(nb * block_size, nb * block_size)[:seq_len, :seq_len]
     if is_causal:
-        mask &= pos[None, :] <= pos[:, None]
-    return mask
+        return mask.tril()
+    return mask.contiguous()
 
 
 def skipped_fraction(counts: torch.Tensor, block_size: int) -> float:
@@ -253,11 +265,18 @@ class BlockSparseRingDilatedAttention(DilatedAttentionBase):
         return self._cache[key]
 
     def attention_pattern(
-        self, seq_len: int, is_causal: bool = False, *, num_heads: int | None = None
+        self,
+        seq_len: int,
+        is_causal: bool = False,
+        *,
+        num_heads: int | None = None,
+        device: torch.device | str | None = None,
     ) -> torch.Tensor:
+        """Int32 ``(H, seq_len, seq_len)`` on ``device``: 1 where the token pair is attended, every
+        head alike (``mode`` does not apply to the block pattern)."""
         h = self._resolve_heads(num_heads)
-        mask = token_mask(self.active_blocks(seq_len, is_causal), seq_len, self.block_size, is_causal)
-        return mask.to(torch.int32).unsqueeze(0).expand(h, -1, -1).contiguous()
+        mask = token_mask(self.active_blocks(seq_len, is_causal), seq_len, self.block_size, is_causal, device)
+        return mask.to(torch.int32).expand(h, -1, -1).contiguous()
 
     # -- forward --------------------------------------------------------------------------------
     def forward(

@@ -125,10 +125,17 @@ class _MultiheadDilatedBase(nn.Module):
         return self.out_proj(x), None
 
     def attention_pattern(
-        self, seq_len: int, is_causal: bool = False, *, num_heads: int | None = None
+        self,
+        seq_len: int,
+        is_causal: bool = False,
+        *,
+        num_heads: int | None = None,
+        device: torch.device | str | None = None,
     ) -> torch.Tensor:
-        """The core's pattern over this module's heads."""
-        return self.attention.attention_pattern(seq_len, is_causal, num_heads=num_heads or self.num_heads)
+        """The core's pattern over this module's heads, built on ``device``."""
+        return self.attention.attention_pattern(
+            seq_len, is_causal, num_heads=num_heads or self.num_heads, device=device
+        )
 
     @property
     def softmax_scale(self) -> float | None:

@@ -79,11 +79,69 @@ def branch_heads(
     return out
 
 
-def kept_mask(seq_len: int, segment_length: int, dilation_rate: int, offset: int) -> torch.Tensor:
+def kept_mask(
+    seq_len: int,
+    segment_length: int,
+    dilation_rate: int,
+    offset: int,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
     """Bool (seq_len,): positions kept by one (segment, rate, offset); padded tail never kept."""
-    pos = torch.arange(seq_len)
+    pos = torch.arange(seq_len, device=device)
     within = pos % segment_length
     return (within >= offset) & ((within - offset) % dilation_rate == 0)
+
+
+def segment_keep_masks(
+    num_heads: int,
+    segment_lengths: Sequence[int],
+    dilation_rates: Sequence[int],
+    mode: str = "longnet",
+    device: torch.device | str | None = None,
+) -> list[torch.Tensor]:
+    """Per branch, bool ``(H, w_i)``: which positions of a segment each head keeps.
+
+    Keeping depends only on the position inside the segment (``j*w + t`` is kept iff ``t`` is),
+    so one row per head describes every segment of the branch, the one cut by the end of the
+    sequence included (its first ``n mod w`` columns).  Heads that do not take part in a branch
+    (``head_groups``) have an all-False row.  Built from :func:`branch_heads`, the one place that
+    says which head reads which offset, without a Python loop over heads.
+    """
+    masks = []
+    for bh in branch_heads(num_heads, segment_lengths, dilation_rates, mode):
+        offset = torch.full((num_heads,), -1, dtype=torch.long)
+        offset[torch.tensor(bh.heads, dtype=torch.long)] = torch.tensor(bh.offsets, dtype=torch.long)
+        offset = offset.to(device)[:, None]  # (H, 1); -1: the head is not in this branch
+        within = torch.arange(bh.segment_length, device=device)[None, :]  # (1, w)
+        step = within - offset
+        masks.append((offset >= 0) & (step >= 0) & (step % bh.dilation_rate == 0))
+    return masks
+
+
+def add_segment_blocks(counts: torch.Tensor, keep: torch.Tensor, is_causal: bool = False) -> torch.Tensor:
+    """Add one branch to ``counts`` (H, n, n) in place: kept positions of a segment see each other.
+
+    The branch's pairs lie in the diagonal ``w × w`` blocks of the (query, key) square and are the
+    same in every segment, so one ``(H, w, w)`` pair mask is added to a strided view of all the
+    full diagonal blocks at once (``H·n·w`` element updates instead of ``H·n²``), and its top-left
+    corner to the block of the segment cut by the end of the sequence.  The blocks sit on the
+    diagonal, so causality inside a block is the block's own lower triangle.
+    """
+    n = counts.shape[1]
+    w = keep.shape[1]
+    keep = keep[:, :n]  # a segment longer than the sequence: only its first n positions exist
+    pair = keep[:, :, None] & keep[:, None, :]  # (H, min(w, n), min(w, n))
+    if is_causal:
+        pair = pair.tril()
+    pair = pair.to(counts.dtype)  # adding ints is twice as fast as promoting bools on the fly
+    full, rest = divmod(n, w)
+    if full:
+        square = counts[:, : full * w, : full * w]
+        blocks = square.unflatten(1, (full, w)).unflatten(3, (full, w)).diagonal(dim1=1, dim2=3)
+        blocks.add_(pair[..., None])  # (H, w, w, segments): a view into counts
+    if rest:
+        counts[:, full * w :, full * w :].add_(pair[:, :rest, :rest])
+    return counts
 
 
 def dilated_pattern(
@@ -95,21 +153,18 @@ def dilated_pattern(
     is_causal: bool = False,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """Count tensor ``(H, seq_len, seq_len)``: how often key k is in query p's multiset, per head."""
+    """Count tensor ``(H, seq_len, seq_len)`` int32: how often key k is in query p's multiset, per head.
+
+    Built directly on ``device`` (default: torch's default device), one vectorised update per
+    branch (:func:`add_segment_blocks`): at the GPU verification size (n = 6139, H = 8) that is
+    milliseconds on the GPU where a loop over head groups on the CPU took seconds.
+    """
     if seq_len <= 0:
         raise ValueError(f"seq_len must be positive, got {seq_len}")
+    keeps = segment_keep_masks(num_heads, segment_lengths, dilation_rates, mode, device)
     counts = torch.zeros(num_heads, seq_len, seq_len, dtype=torch.int32, device=device)
-    pos = torch.arange(seq_len, device=device)
-    causal = (pos[None, :] <= pos[:, None]) if is_causal else None
-    for bh in branch_heads(num_heads, segment_lengths, dilation_rates, mode):
-        seg = pos // bh.segment_length
-        same_segment = seg[:, None] == seg[None, :]
-        for offset, heads in bh.groups().items():
-            keep = kept_mask(seq_len, bh.segment_length, bh.dilation_rate, offset).to(pos.device)
-            pair = keep[:, None] & keep[None, :] & same_segment
-            if causal is not None:
-                pair &= causal
-            counts[list(heads)] += pair.to(torch.int32)
+    for keep in keeps:
+        add_segment_blocks(counts, keep, is_causal)
     return counts
 
 

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import random
+
+import pytest
 import torch
 
+from attention.block_sparse import BlockSparseRingDilatedAttention, token_mask
+from attention.dilated import DilatedAttention
+from attention.multihead import MultiheadDilatedAttention
 from attention.pattern import branch_heads, dilated_attended_pairs, dilated_pattern, head_group_sizes
-from attention.reference import reference_attention
+from attention.reference import (
+    multihead_reference,
+    multihead_references,
+    reference_attention,
+    reference_attentions,
+)
 
 
 def test_longnet_offsets_split_heads_into_rate_groups() -> None:
@@ -70,3 +81,129 @@ def test_reference_row_without_keys_is_zero_not_nan() -> None:
     assert torch.all(out[0, 2] == 0)
     out.sum().backward()
     assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+# ------------------------------------------------------------------------------------------------
+# the vectorised builders against the definition written as loops (DESIGN.md, word for word)
+# ------------------------------------------------------------------------------------------------
+def _loop_pattern(
+    n: int, heads: int, segs: list[int], rates: list[int], mode: str, causal: bool
+) -> torch.Tensor:
+    """The semantics one (head, branch, query, key) at a time, independent of attention.pattern."""
+    counts = torch.zeros(heads, n, n, dtype=torch.int32)
+    g = len(segs)
+    sizes = [heads // g + (1 if i < heads % g else 0) for i in range(g)]
+    for h in range(heads):
+        for i, (w, r) in enumerate(zip(segs, rates, strict=True)):
+            if mode == "longnet":
+                offset = h // -(-heads // r)
+            else:
+                group = next(j for j in range(g) if h < sum(sizes[: j + 1]))
+                if group != i:
+                    continue
+                offset = i % r
+            for p in range(n):
+                for k in range(n):
+                    same_segment = p // w == k // w
+                    kept = all((x % w) >= offset and (x % w - offset) % r == 0 for x in (p, k))
+                    if same_segment and kept and (not causal or k <= p):
+                        counts[h, p, k] += 1
+    return counts
+
+
+def _random_config(rng: random.Random) -> tuple[list[int], list[int]]:
+    branches = rng.randint(1, 3)
+    rates = [rng.choice([1, 2, 3, 4]) for _ in range(branches)]
+    segs = [r * rng.randint(1, 6) for r in rates]
+    return segs, rates
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_vectorised_pattern_equals_the_loop_definition(seed: int) -> None:
+    rng = random.Random(seed)
+    segs, rates = _random_config(rng)
+    heads = rng.randint(len(segs), 7)  # often not divisible by the number of branches
+    n = rng.choice([1, 2 * rng.randint(1, 20) + 1, max(segs) * 3 - 5 if max(segs) > 2 else 3])
+    for mode in ("longnet", "head_groups"):
+        for causal in (False, True):
+            got = dilated_pattern(n, heads, segs, rates, mode, causal)
+            want = _loop_pattern(n, heads, segs, rates, mode, causal)
+            assert got.dtype == torch.int32
+            assert torch.equal(got, want), (n, heads, segs, rates, mode, causal)
+
+
+def test_registry_cpu_config_pattern_equals_the_loop_definition() -> None:
+    for mode in ("longnet", "head_groups"):
+        for causal in (False, True):
+            got = dilated_pattern(91, 5, [8, 16, 32], [1, 2, 4], mode, causal)
+            assert torch.equal(got, _loop_pattern(91, 5, [8, 16, 32], [1, 2, 4], mode, causal))
+
+
+def _loop_token_mask(active: torch.Tensor, n: int, block: int, causal: bool) -> torch.Tensor:
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    for p in range(n):
+        for k in range(n):
+            mask[p, k] = bool(active[p // block, k // block]) and (not causal or k <= p)
+    return mask
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_block_token_mask_equals_the_loop_definition(seed: int) -> None:
+    rng = random.Random(seed)
+    block = rng.choice([1, 3, 4, 8])
+    n = rng.randint(1, 40)
+    nb = -(-n // block)
+    active = torch.rand(nb, nb, generator=torch.Generator().manual_seed(seed)) < 0.4
+    for causal in (False, True):
+        assert torch.equal(token_mask(active, n, block, causal), _loop_token_mask(active, n, block, causal))
+
+
+def test_block_sparse_pattern_is_its_token_mask_on_every_head() -> None:
+    module = BlockSparseRingDilatedAttention(
+        segment_lengths=[8, 16], dilation_rates=[1, 2], sparsity=0.7, block_size=4, num_heads=3
+    )
+    for causal in (False, True):
+        counts = module.attention_pattern(37, causal)
+        mask = _loop_token_mask(module.active_blocks(37, causal), 37, 4, causal)
+        assert counts.dtype == torch.int32 and counts.shape == (3, 37, 37) and counts.is_contiguous()
+        assert all(torch.equal(counts[h], mask.to(torch.int32)) for h in range(3))
+
+
+def test_patterns_are_built_on_the_requested_device() -> None:
+    cfg = {"segment_lengths": [8, 16, 32], "dilation_rates": [1, 2, 4]}
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    modules = [
+        DilatedAttention(**cfg, num_heads=5),
+        MultiheadDilatedAttention(20, 5, **cfg),
+        BlockSparseRingDilatedAttention(**cfg, block_size=4, num_heads=5),
+    ]
+    for device in devices:
+        for module in modules:
+            counts = module.attention_pattern(45, True, device=device)
+            assert counts.device.type == device and counts.shape == (5, 45, 45)
+            assert torch.equal(counts.cpu(), module.attention_pattern(45, True))
+
+
+def test_references_for_several_values_equal_one_reference_each() -> None:
+    """One softmax for several v (verify's runs A and B) gives exactly the separate references."""
+    g = torch.Generator().manual_seed(1)
+    counts = dilated_pattern(37, 3, [8, 16], [1, 2], "head_groups", True)
+    q, k, v1, v2 = (torch.randn(2, 37, 3, 4, generator=g, dtype=torch.float64) for _ in range(4))
+    together = reference_attentions(q, k, [v1, v2], counts)
+    assert torch.equal(together[0], reference_attention(q, k, v1, counts))
+    assert torch.equal(together[1], reference_attention(q, k, v2, counts))
+
+    module = MultiheadDilatedAttention(12, 3, segment_lengths=[8, 16], dilation_rates=[1, 2]).double()
+    x, y1, y2 = (torch.randn(2, 37, 12, generator=g, dtype=torch.float64) for _ in range(3))
+    both = multihead_references(module, x, x, [y1, y2], is_causal=True)
+    assert torch.equal(both[0], multihead_reference(module, x, x, y1, is_causal=True))
+    given = module.attention_pattern(37, True)
+    assert torch.equal(both[1], multihead_reference(module, x, x, y2, is_causal=True, counts=given))
+
+
+def test_segments_longer_than_the_sequence_cost_only_the_sequence() -> None:
+    """A 1M-position segment on 10 tokens: the pair mask is (H, 10, 10), not (H, 1M, 1M)."""
+    segs, rates = [4, 1 << 20], [2, 1 << 10]
+    for causal in (False, True):
+        got = dilated_pattern(10, 3, segs, rates, "longnet", causal)
+        assert torch.equal(got, _loop_pattern(10, 3, segs, rates, "longnet", causal))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
+from typing import ClassVar
 
 import pytest
 import torch
@@ -27,6 +28,7 @@ from perfguard.verify import (
     run_verify,
 )
 from perfguard.verify.results import RowResult
+from perfguard.verify.shared import RunCache
 
 
 @cache
@@ -183,6 +185,73 @@ def test_global_numerics_changes_are_noted_and_undone() -> None:
     assert any("float32_matmul_precision 'highest' -> 'medium'" in n for n in report.rows[0].notes)
     assert torch.get_float32_matmul_precision() == "highest"
     assert report.settings["float32_matmul_precision"] == "highest"
+
+
+# --------------------------------------------------------------------------- what rows share
+
+
+def test_expected_patterns_are_built_once_per_case_and_shared_across_rows() -> None:
+    cache = RunCache()
+    report = run_verify(
+        doubles.ALL, impls=["good_core", "jitter", "good_multihead"], device="cpu", cache=cache
+    )
+    assert report.passed, [r.to_json()["failures"] for r in report.rows]
+    # one build per mode × causal flag (same configuration, seq_len and heads), then only lookups
+    assert (cache.patterns.builds, cache.patterns.hits) == (4, 8)
+    # core and multihead inputs differ in shape: one draw each, reused by the other cases
+    assert cache.inputs.builds == 2 and cache.inputs.hits == 10
+    assert len(cache.patterns) == 0 and len(cache.inputs) == 0  # emptied at the end of the run
+
+
+def test_a_shared_expected_pattern_never_hides_an_implementation_that_differs() -> None:
+    """Each implementation's own pattern is compared in full, whatever ran before it."""
+    report = run_verify(
+        doubles.ALL,
+        impls=["good_core", "block_pattern_sneak", "lying_pattern", "good_multihead", "broken_swapped_args"],
+        device="cpu",
+    )
+    rows = {r.impl: r for r in report.rows}
+    assert rows["good_core"].passed and rows["good_multihead"].passed
+    assert rows["block_pattern_sneak"].checks["same_fn"].status == "fail"
+    assert rows["broken_swapped_args"].checks["same_fn"].status == "fail"
+    lying = rows["lying_pattern"]
+    assert lying.checks["same_fn"].status == "pass" and lying.checks["reference"].status == "fail"
+
+
+class DeviceRecordingCore(doubles.GoodCore):
+    """Declares its pattern with the contract's ``device=`` keyword and records what it was asked."""
+
+    asked: ClassVar[list[object]] = []
+
+    def attention_pattern(
+        self,
+        seq_len: int,
+        is_causal: bool = False,
+        *,
+        num_heads: int | None = None,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor:
+        DeviceRecordingCore.asked.append(device)
+        return super().attention_pattern(seq_len, is_causal, num_heads=num_heads).to(device)
+
+
+def test_patterns_are_asked_for_on_the_rows_device() -> None:
+    DeviceRecordingCore.asked.clear()
+    spec = external_spec("recording", f"{__name__}:DeviceRecordingCore", same_function_as="dilated")
+    report = run_verify({"recording": spec}, device="cpu")
+    assert report.passed
+    # verify asks once per case, on the row's device (the double's own forward asks without one)
+    assert [d for d in DeviceRecordingCore.asked if d is not None] == ["cpu"] * 4
+    # a module written before the keyword (GoodCore) still works: its pattern is moved
+    core = doubles.GoodCore(segment_lengths=[8, 16, 32], dilation_rates=[1, 2, 4], num_heads=5)
+    assert probes.declared_pattern(core, False, 20, 5, True, device="cpu").shape == (5, 20, 20)
+
+
+def test_timing_is_split_into_verification_and_setup() -> None:
+    report = run_verify(doubles.ALL, impls=["good_core"], device="cpu")
+    data = report.to_json()
+    assert data["seconds"] > 0 and data["setup_seconds"] == {}  # no CUDA: nothing to initialise
+    assert data["results"][0]["peak_memory_bytes"] is None  # measured on CUDA rows only
 
 
 # --------------------------------------------------------------------------- report data
@@ -352,6 +421,8 @@ def test_cuda_rows_pin_tf32_off_and_catch_a_broken_ring() -> None:
     assert rows[("good_core", "float32")].tolerance == 1e-3
     assert rows[("good_core", "bfloat16")].tolerance == 2e-2
     assert rows[("broken_ring_no_lse", "bfloat16")].checks["reference"].status == "fail"
+    assert all(r.peak_memory_bytes for r in report.rows)
+    assert report.setup_seconds["cuda_init"] > 0
     assert report.settings["cuda_matmul_allow_tf32"] is False
     assert report.settings["cudnn_allow_tf32"] is False
     assert report.environment["gpu"]

@@ -102,8 +102,16 @@ def test_why_is_spelled_out(runs: dict[str, Ran]) -> None:
 def test_correct_implementations_exit_0(runs: dict[str, Ran]) -> None:
     ran = runs["good"]
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert "all 2 rows passed" in ran.stdout and "✗" not in ran.stdout
+    assert "all 2 rows passed (verification " in ran.stdout and "✗" not in ran.stdout
+    assert ", setup " in ran.stdout and "imports " in ran.stdout
     assert ran.data is not None and ran.data["passed"] is True
+    assert set(ran.data["setup_seconds"]) == {"imports"}
+    # stderr is a pipe here (a CI log): one plain line per finished row, no progress display
+    lines = [line for line in ran.stderr.splitlines() if line.startswith("[")]
+    assert [line.split(" in ")[0] for line in lines] == [
+        "[1/2] good_core cpu float32: passed",
+        "[2/2] good_multihead cpu float32: passed",
+    ]
     assert [r["impl"] for r in ran.data["results"]] == ["good_core", "good_multihead"]
 
 

@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from perfguard.errors import EXIT_FAILED, EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from rich.console import Console
+
+    from attention.registry import ImplSpec
+    from perfguard.verify.runner import PlannedRow
 
 
 @click.command()
@@ -60,38 +73,31 @@ def verify(
 
     Exit codes: 0 all passed, 1 a check failed, 2 usage error.
     """
+    started = time.perf_counter()
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from perfguard.verify import merged_registry, run_verify
-    from perfguard.verify.numerics import dtype_name
-    from perfguard.verify.render import render
-    from perfguard.verify.runner import PlannedRow
+    from perfguard.verify.render import render, row_line
 
     if seq_len is not None and seq_len < 1:
         raise UsageError(f"--seq-len must be a positive integer, got {seq_len}")
     registry = merged_registry()
+    _preload(registry, impls)
+    imports = time.perf_counter() - started
     console = Console()
     if not console.is_terminal:
         console.width = max(console.width, 200)  # CI logs: keep the table on one line per row
-    progress = Progress(
-        TextColumn("verifying {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
-    task = progress.add_task("", total=None)
-
-    def on_row(planned: PlannedRow, index: int, total: int) -> None:
-        label = f"{planned.spec.name} [{planned.device} {dtype_name(planned.dtype)}]"
-        progress.update(task, description=label, completed=index, total=total)
-
-    with progress:
+    with _row_progress(Console(stderr=True)) as (on_row, on_done):
         report = run_verify(
-            registry, impls=impls, device=device, dtypes=dtypes, seq_len=seq_len, progress=on_row
+            registry,
+            impls=impls,
+            device=device,
+            dtypes=dtypes,
+            seq_len=seq_len,
+            progress=on_row,
+            row_done=lambda row, i, total: on_done(row_line(row, i, total), i),
         )
+    report.setup_seconds = {"imports": imports, **report.setup_seconds}
     render(report, console)
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,3 +106,65 @@ def verify(
         )
         console.print(f"wrote {json_path}", style="dim")
     ctx.exit(EXIT_OK if report.passed else EXIT_FAILED)
+
+
+def _preload(registry: Mapping[str, ImplSpec], impls: tuple[str, ...]) -> None:
+    """Import the implementations' modules now, so their import time counts as setup, not as the
+    first row's verification.  A module that fails to import is left for the ``build`` check to
+    report (with the row it belongs to)."""
+    import torch
+
+    import attention.factory  # noqa: F401  (registered implementations are built through it)
+
+    # the first autograd.grad with grad_outputs imports torch.fx's symbolic shapes (sympy): ~1 s
+    x = torch.ones(1, requires_grad=True)
+    torch.autograd.grad(x * 2, x, torch.ones(1))
+
+    for name in impls or registry:
+        spec = registry.get(name)
+        if spec is None:
+            continue  # an unknown name: run_verify says so, as a usage error
+        try:
+            spec.cls  # noqa: B018  (resolves module:Class, importing the module)
+        except Exception:
+            continue
+
+
+@contextmanager
+def _row_progress(
+    err: Console,
+) -> Iterator[tuple[Callable[[PlannedRow, int, int], None], Callable[[str, int], None]]]:
+    """Progress on stderr: a transient bar on a terminal, one plain line per finished row elsewhere.
+
+    In a CI log (stderr not a terminal) a rich ``Live`` display shows nothing until it stops and
+    keeps a refresh thread busy meanwhile, so there each finished row is one flushed line instead.
+    """
+    if not (err.is_terminal and not err.is_dumb_terminal and sys.stderr.isatty()):  # FORCE_COLOR too
+        yield (lambda planned, index, total: None), (lambda line, index: click.echo(line, err=True))
+        return
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from perfguard.verify.numerics import dtype_name
+
+    progress = Progress(
+        TextColumn("verifying {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        refresh_per_second=2,
+    )
+    task = progress.add_task("", total=None)
+
+    def on_row(planned: PlannedRow, index: int, total: int) -> None:
+        label = escape(f"{planned.spec.name} [{planned.device} {dtype_name(planned.dtype)}]")
+        progress.update(task, description=label, completed=index, total=total)
+
+    def on_done(line: str, index: int) -> None:
+        progress.console.print(line, highlight=False, markup=False)
+        progress.update(task, completed=index + 1)
+
+    with progress:
+        yield on_row, on_done

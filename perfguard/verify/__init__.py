@@ -20,7 +20,8 @@ JSON (``--json PATH``), schema ``perfguard.verify/1``::
       "schema": "perfguard.verify/1",
       "created": "2025-01-01T12:00:00+00:00",      # UTC
       "passed": false,                               # every row passed
-      "seed": 0, "seconds": 12.3,
+      "seed": 0, "seconds": 12.3,                  # the verification: first row to last
+      "setup_seconds": {"imports": 2.1, "cuda_init": 1.4},  # before the first row (CLI adds imports)
       "environment": {"perfguard", "torch", "python", "platform", "cpu", "cpu_threads",
                       "devices": ["cpu", "cuda"], "gpu", "cuda_runtime", "cudnn"},  # gpu... with CUDA
       "settings": {"float32_matmul_precision": "highest", "cuda_matmul_allow_tf32": false, ...},
@@ -43,7 +44,8 @@ JSON (``--json PATH``), schema ``perfguard.verify/1``::
                        "detail": "rel err 0.41 > 1e-05", "value": 0.41}, ...]
           }, ...
         },
-        "notes": ["..."], "seconds": 0.8
+        "notes": ["..."], "seconds": 0.8,
+        "peak_memory_bytes": 21474836480             # CUDA rows (peak allocated); null on the CPU
       }, ...]
     }
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from attention.reference import multihead_reference, reference_attention, relative_error
+from attention.reference import declared_pattern as core_pattern
+from attention.reference import multihead_references, reference_attentions, relative_error
 
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -60,10 +61,19 @@ def core_of(module: torch.nn.Module, multihead: bool) -> torch.nn.Module:
 
 
 def declared_pattern(
-    module: torch.nn.Module, multihead: bool, seq_len: int, num_heads: int, causal: bool
+    module: torch.nn.Module,
+    multihead: bool,
+    seq_len: int,
+    num_heads: int,
+    causal: bool,
+    device: torch.device | str | None = None,
 ) -> Any:
-    """What the implementation says it computes: its core's ``attention_pattern``."""
-    return core_of(module, multihead).attention_pattern(seq_len, is_causal=causal, num_heads=num_heads)
+    """What the implementation says it computes: its core's ``attention_pattern``, on ``device``.
+
+    Built there by the module itself (``device=``, docs/design.md); a module without that keyword
+    builds it where it does and the result is moved.
+    """
+    return core_pattern(core_of(module, multihead), seq_len, causal, num_heads, device)
 
 
 def pattern_problem(pattern: Any, num_heads: int, seq_len: int, causal: bool) -> str | None:
@@ -121,15 +131,16 @@ def sparsity_problem(core: torch.nn.Module, pattern: torch.Tensor) -> str | None
 
 
 def pattern_density(pattern: torch.Tensor) -> float:
-    return float((pattern != 0).float().mean().item())
+    return int(torch.count_nonzero(pattern).item()) / max(1, pattern.numel())
 
 
 def pattern_difference(declared: torch.Tensor, expected: torch.Tensor, what: str) -> str | None:
-    """Where two count tensors differ, said with one example; ``None`` if equal."""
-    differ = declared != expected.to(device=declared.device, dtype=declared.dtype)
-    count = int(differ.sum().item())
-    if count == 0:
+    """Where two count tensors differ, said with one example; ``None`` if equal (every element)."""
+    expected = expected.to(device=declared.device, dtype=declared.dtype)
+    if declared.shape == expected.shape and torch.equal(declared, expected):
         return None
+    differ = declared != expected
+    count = int(differ.sum().item())
     h, p, k = (int(i) for i in differ.nonzero()[0])
     got, want = int(declared[h, p, k]), int(expected[h, p, k])
     return (
@@ -205,19 +216,28 @@ def reference(
     pattern: torch.Tensor,
     causal: bool,
     grad_out: torch.Tensor | None,
-) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
-    """The float64 reference output of the declared pattern, and its input gradients if asked."""
+    other_value: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, torch.Tensor | None]:
+    """The float64 reference output of the declared pattern, its input gradients if asked, and
+    the reference output with ``v`` replaced by ``other_value`` if given (same softmax, computed once).
+    """
     leaves = tuple(t.detach().to(torch.float64).requires_grad_(grad_out is not None) for t in inputs)
+    values = [leaves[2]] if other_value is None else [leaves[2], other_value.detach().to(torch.float64)]
     with torch.enable_grad() if grad_out is not None else torch.no_grad():
         if multihead:
-            ref = multihead_reference(module, *leaves, is_causal=causal)
+            # the declared pattern is the core's own over the module's heads: no second build
+            counts = pattern if getattr(module, "num_heads", None) == pattern.shape[0] else None
+            refs = multihead_references(module, leaves[0], leaves[1], values, is_causal=causal, counts=counts)
         else:
             scale = getattr(module, "softmax_scale", None)
-            ref = reference_attention(*leaves, pattern, softmax_scale=scale)
+            refs = reference_attentions(leaves[0], leaves[1], values, pattern, softmax_scale=scale)
+        ref = refs[0]
+        other = refs[1].detach() if other_value is not None else None
+        del refs
         if grad_out is None:
-            return ref.detach(), None
+            return ref.detach(), None, other
         grads = torch.autograd.grad(ref, leaves, grad_out.to(torch.float64))
-    return ref.detach(), tuple(g.detach() for g in grads)
+    return ref.detach(), tuple(g.detach() for g in grads), other
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor, floor: float = 0.0) -> float:

@@ -94,11 +94,33 @@ def render(report: VerifyReport, console: Console) -> None:
     failed = sum(not r.passed for r in report.rows)
     settings = ", ".join(f"{k}={v}" for k, v in report.settings.items())
     console.print(Text(f"settings: {settings}; seed {report.seed}", style="dim"), soft_wrap=True)
+    timing = timing_line(report)
     if failed:
-        console.print(
-            Text(f"{failed} of {len(report.rows)} rows FAILED ({report.seconds:.1f} s)", style="bold red")
-        )
+        console.print(Text(f"{failed} of {len(report.rows)} rows FAILED ({timing})", style="bold red"))
     else:
-        console.print(
-            Text(f"all {len(report.rows)} rows passed ({report.seconds:.1f} s)", style="bold green")
-        )
+        console.print(Text(f"all {len(report.rows)} rows passed ({timing})", style="bold green"))
+
+
+_PHASES = {"imports": "imports", "cuda_init": "CUDA init"}
+
+
+def timing_line(report: VerifyReport) -> str:
+    """``verification 31.2 s, setup 34.1 s: imports 18.0 s, CUDA init 16.1 s``: what the run cost."""
+    line = f"verification {report.seconds:.1f} s"
+    if report.setup_seconds:
+        phases = ", ".join(f"{_PHASES.get(k, k)} {v:.1f} s" for k, v in report.setup_seconds.items())
+        line += f", setup {sum(report.setup_seconds.values()):.1f} s: {phases}"
+    return line
+
+
+def row_line(row: RowResult, index: int, total: int) -> str:
+    """One line per finished row, for progress output: ``[3/18] ring cuda bfloat16: passed in 1.2 s``."""
+    verdict = (
+        "skipped"
+        if row.skipped
+        else ("passed" if row.passed else "FAILED " + ", ".join(name for name, _ in row.failures()))
+    )
+    memory = f", peak GPU memory {row.peak_memory_bytes / 2**30:.1f} GiB" if row.peak_memory_bytes else ""
+    return (
+        f"[{index + 1}/{total}] {row.impl} {row.device} {row.dtype}: {verdict} in {row.seconds:.1f} s{memory}"
+    )

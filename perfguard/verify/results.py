@@ -116,6 +116,8 @@ class RowResult:
     skipped: str | None = None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: peak GPU memory allocated while the row ran (CUDA rows; ``None`` on the CPU)
+    peak_memory_bytes: int | None = None
 
     def record(
         self, check: str, case: str, status: Status, detail: str = "", value: float | None = None
@@ -158,6 +160,7 @@ class RowResult:
             "checks": {name: check.to_json() for name, check in self.checks.items()},
             "notes": list(self.notes),
             "seconds": round(self.seconds, 3),
+            "peak_memory_bytes": self.peak_memory_bytes,
         }
 
 
@@ -170,7 +173,10 @@ class VerifyReport:
     settings: dict[str, Any]
     environment: dict[str, Any]
     created: str
+    #: the verification itself: every row, from the first to the last
     seconds: float = 0.0
+    #: what came before the first row, by phase ("imports", "cuda_init"), in seconds
+    setup_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -183,6 +189,7 @@ class VerifyReport:
             "passed": self.passed,
             "seed": self.seed,
             "seconds": round(self.seconds, 3),
+            "setup_seconds": {k: round(v, 3) for k, v in self.setup_seconds.items()},
             "environment": self.environment,
             "settings": self.settings,
             "checks": dict(CHECKS),

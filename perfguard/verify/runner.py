@@ -3,11 +3,13 @@
 A *row* builds the implementation once per mode (``longnet``, ``head_groups``) and runs one *case*
 per mode × causal flag.  Per case it does, in this order:
 
-1. the declared pattern (``attention_pattern``): sane, and for "same function" implementations
-   equal to the semantics (:func:`attention.pattern.dilated_pattern`);
+1. the declared pattern (``attention_pattern(..., device=)``, built on the row's device): sane,
+   and for "same function" implementations equal to the semantics
+   (:func:`attention.pattern.dilated_pattern`, built once per run: :mod:`perfguard.verify.shared`);
 2. run A: forward + backward on fresh random inputs (fixed seed, never zeros), after poisoning the
    allocator; return contract, shape/dtype/device, finiteness, backward;
-3. the float64 reference of the *declared* pattern (output and input gradients) against run A;
+3. the float64 reference of the *declared* pattern (output and input gradients) against run A,
+   and from the same softmax the reference of run B (only ``v`` differs);
 4. run A again on copies of the same inputs: determinism;
 5. run B, which differs from A only in ``v``/``value``: together with A it finds unwritten rows.
 
@@ -29,7 +31,7 @@ from typing import Any
 import torch
 
 from attention.pattern import dilated_pattern
-from attention.registry import ImplConfig, ImplSpec
+from attention.registry import ImplConfig, ImplSpec, ShapeConfig
 from perfguard import __version__
 from perfguard.errors import UsageError
 from perfguard.verify import probes
@@ -43,6 +45,7 @@ from perfguard.verify.numerics import (
     tolerance,
 )
 from perfguard.verify.results import CHECKS, RowResult, VerifyReport
+from perfguard.verify.shared import RunCache
 
 #: implementations whose pattern *is* the semantics of attention.pattern (the roots of "same function")
 SEMANTICS_ROOTS = frozenset({"dilated", "multihead_dilated"})
@@ -75,7 +78,10 @@ class PlannedRow:
     skip: str | None = None
 
 
+#: called before each row: (row, index, number of rows)
 ProgressCallback = Callable[[PlannedRow, int, int], None]
+#: called after each row: (its result, index, number of rows)
+RowDoneCallback = Callable[[RowResult, int, int], None]
 
 
 # --------------------------------------------------------------------------- planning
@@ -164,35 +170,75 @@ def run_verify(
     seq_len: int | None = None,
     seed: int = 0,
     progress: ProgressCallback | None = None,
+    row_done: RowDoneCallback | None = None,
+    cache: RunCache | None = None,
 ) -> VerifyReport:
-    """Verify the selected implementations of ``registry`` (name -> spec); never raises for a bad impl."""
+    """Verify the selected implementations of ``registry`` (name -> spec); never raises for a bad impl.
+
+    ``report.seconds`` is the verification itself; CUDA initialisation (context, first allocation,
+    cuBLAS handles) happens before the first row and is reported apart in ``report.setup_seconds``.
+    What rows share lives in ``cache`` (a fresh :class:`RunCache` by default), emptied at the end.
+    """
     if seq_len is not None and seq_len < 1:
         raise UsageError(f"--seq-len must be a positive integer, got {seq_len}")
     rows = plan(registry, impls=impls, device=device, dtypes=dtypes)
-    started = time.perf_counter()
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    devices = sorted({r.device for r in rows})
+    setup: dict[str, float] = {}
+    if "cuda" in devices:
+        setup["cuda_init"] = _init_cuda()
+    started = time.perf_counter()
     results = []
-    with restored_global_settings():
-        pin_numerics()
-        settings = numerics_settings()
-        for i, planned in enumerate(rows):
-            if progress is not None:
-                progress(planned, i, len(rows))
-            results.append(verify_row(registry, planned, seq_len=seq_len, seed=seed))
+    cache = cache if cache is not None else RunCache()
+    try:
+        with restored_global_settings():
+            pin_numerics()
+            settings = numerics_settings()
+            for i, planned in enumerate(rows):
+                if progress is not None:
+                    progress(planned, i, len(rows))
+                result = verify_row(registry, planned, seq_len=seq_len, seed=seed, cache=cache)
+                results.append(result)
+                if row_done is not None:
+                    row_done(result, i, len(rows))
+    finally:
+        cache.clear()
     return VerifyReport(
         rows=results,
         seed=seed,
         settings=settings,
-        environment=_environment(sorted({r.device for r in rows})),
+        environment=_environment(devices),
         created=created,
         seconds=time.perf_counter() - started,
+        setup_seconds=setup,
     )
 
 
+def _init_cuda() -> float:
+    """Start CUDA (context, allocator, cuBLAS in both float dtypes) and say how long it took."""
+    started = time.perf_counter()
+    torch.cuda.init()
+    x = torch.ones(8, 8, device="cuda")
+    for dtype in (torch.float32, torch.float64):
+        y = x.to(dtype)
+        y @ y
+    torch.cuda.synchronize()
+    return time.perf_counter() - started
+
+
 def verify_row(
-    registry: Mapping[str, ImplSpec], planned: PlannedRow, *, seq_len: int | None = None, seed: int = 0
+    registry: Mapping[str, ImplSpec],
+    planned: PlannedRow,
+    *,
+    seq_len: int | None = None,
+    seed: int = 0,
+    cache: RunCache | None = None,
 ) -> RowResult:
-    """Every check of one implementation on one device in one dtype."""
+    """Every check of one implementation on one device in one dtype.
+
+    ``cache`` holds what rows share (expected patterns, inputs: :mod:`perfguard.verify.shared`);
+    without one the row uses its own.
+    """
     spec, device, dtype = planned.spec, planned.device, planned.dtype
     target = TARGET_OF_DEVICE[device]
     cfg = spec.config(target)
@@ -216,7 +262,11 @@ def verify_row(
             check.not_applicable = planned.skip
         return row
 
+    cache = cache if cache is not None else RunCache()
     started = time.perf_counter()
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     causals = (False, True) if spec.supports_causal else (False,)
     if not spec.supports_causal:
         row.notes.append("causal cases not run: the registry says this implementation has no causal mode")
@@ -234,9 +284,12 @@ def verify_row(
             row.record("build", mode, "pass")
             for causal in causals:
                 _CaseRun(
-                    row, spec, module, cfg, Case(mode, causal), device, dtype, seed, root, registry
+                    row, spec, module, cfg, Case(mode, causal), device, dtype, seed, root, registry, cache
                 ).run()
             del module
+    if cuda:
+        torch.cuda.synchronize()
+        row.peak_memory_bytes = torch.cuda.max_memory_allocated()
     row.seconds = time.perf_counter() - started
     return row
 
@@ -289,15 +342,18 @@ class _CaseRun:
         seed: int,
         root: str | None,
         registry: Mapping[str, ImplSpec],
+        cache: RunCache,
     ) -> None:
         self.row, self.spec, self.module, self.cfg, self.case = row, spec, module, cfg, case
         self.device, self.dtype, self.seed, self.root, self.registry = device, dtype, seed, root, registry
+        self.cache = cache
         self.label = case.label
         self.tol = row.tolerance
         shape = cfg.shape
         self.n, self.heads = shape.seq_len, shape.num_heads
         self.row_dims = ("batch", "position") if spec.multihead else ("batch", "position", "head")
         self.ref_out: torch.Tensor | None = None
+        self.ref_out_b: torch.Tensor | None = None
 
     def record(self, check: str, problem: str | None, value: float | None = None, detail: str = "") -> None:
         if problem is None:
@@ -312,10 +368,8 @@ class _CaseRun:
 
     def run(self) -> None:
         pattern = self.check_pattern()
-        inputs = self.spec.make_inputs(
-            self.cfg.shape, device=self.device, dtype=self.dtype, seed=self.seed, requires_grad=True
-        )
-        grad_out = self._random_like(inputs[0], self.seed + 2)
+        has_pattern = pattern is not None
+        inputs, value_b, grad_out = self.inputs()
         run_a = self.run_once(inputs, grad_out)
         if run_a is None:
             return
@@ -323,17 +377,39 @@ class _CaseRun:
         if pattern is None:
             self.block(["reference", "grad", "written"], "no usable declared pattern")
         else:
-            self.check_reference(inputs, pattern, grad_out, out_a, grads_a)
+            self.check_reference(inputs, value_b, pattern, grad_out, out_a, grads_a)
+        del pattern  # the references are computed: free the pattern before the module runs again
         self.check_determinism(inputs, grad_out, out_a, grads_a)
-        if self.ref_out is not None and pattern is not None:
-            self.check_written(inputs, pattern, out_a, self.ref_out)
-        elif pattern is not None:
+        if self.ref_out is not None and self.ref_out_b is not None:
+            self.check_written(inputs, value_b, out_a)
+        elif has_pattern:
             self.block(["written"], "no reference")
+
+    def inputs(self) -> tuple[probes.Inputs, torch.Tensor, torch.Tensor]:
+        """Run A's inputs (fresh leaves), run B's ``v``, the output gradient: drawn once per run.
+
+        They depend only on the shape, dtype, device and seed (and the spec's ``make_inputs``), so
+        every case and every row with the same ones shares a single draw; each case gets clones.
+        """
+        shape = self.cfg.shape
+        key = (type(self.spec).make_inputs, self.spec.multihead, shape, self.device, self.dtype, self.seed)
+        q, k, v, value_b, grad_out = self.cache.inputs.get(key, lambda: self._draw_inputs(shape))
+        q, k, v = (t.clone().requires_grad_(True) for t in (q, k, v))
+        return (q, k, v), value_b, grad_out.clone()
+
+    def _draw_inputs(self, shape: ShapeConfig) -> tuple[torch.Tensor, ...]:
+        make = self.spec.make_inputs
+        a = make(shape, device=self.device, dtype=self.dtype, seed=self.seed, requires_grad=False)
+        b = make(shape, device=self.device, dtype=self.dtype, seed=self.seed + 1, requires_grad=False)
+        grad_out = self._random_like(a[0], self.seed + 2)
+        return (*(t.detach() for t in a), b[2].detach(), grad_out)
 
     def check_pattern(self) -> torch.Tensor | None:
         causal = self.case.causal
         try:
-            pattern = probes.declared_pattern(self.module, self.spec.multihead, self.n, self.heads, causal)
+            pattern = probes.declared_pattern(
+                self.module, self.spec.multihead, self.n, self.heads, causal, device=self.device
+            )
             problem = probes.pattern_problem(pattern, self.heads, self.n, causal)
         except Exception as exc:
             pattern, problem = None, f"attention_pattern raised {probes.describe(exc)}"
@@ -354,31 +430,40 @@ class _CaseRun:
         if self.root is not None:
             try:
                 expected, what = self._expected_pattern(pattern.device)
-                self.record("same_fn", probes.pattern_difference(pattern, expected, what))
+                difference = probes.pattern_difference(pattern, expected, what)
+                self.record("same_fn", difference)
+                if difference is None and expected.dtype == pattern.dtype:
+                    pattern = expected  # equal element for element: keep one copy on the device
             except Exception as exc:
                 self.record("same_fn", f"could not build the expected pattern: {probes.describe(exc)}")
         return pattern
 
     def _expected_pattern(self, device: torch.device) -> tuple[torch.Tensor, str]:
-        causal = self.case.causal
+        """The pattern "same function" must reproduce, built once per run (:mod:`.shared`)."""
+        causal, mode = self.case.causal, self.case.mode
         if self.root in SEMANTICS_ROOTS:
             kwargs = self.cfg.kwargs
-            expected = dilated_pattern(
-                self.n,
-                self.heads,
-                kwargs["segment_lengths"],
-                kwargs["dilation_rates"],
-                mode=self.case.mode,
-                is_causal=causal,
-                device=device,
+            segs, rates = tuple(kwargs["segment_lengths"]), tuple(kwargs["dilation_rates"])
+            key = ("semantics", segs, rates, self.n, self.heads, mode, causal, str(device))
+            expected = self.cache.patterns.get(
+                key,
+                lambda: dilated_pattern(
+                    self.n, self.heads, segs, rates, mode=mode, is_causal=causal, device=device
+                ),
             )
             return expected, "attention.pattern.dilated_pattern (the semantics)"
         assert self.root is not None
         root_spec = self.registry[self.root]
         target = TARGET_OF_DEVICE[self.device]
-        root_module = root_spec.build(target, mode=self.case.mode)
-        expected = probes.declared_pattern(root_module, root_spec.multihead, self.n, self.heads, causal)
-        return expected, f"{self.root}'s pattern"
+
+        def build() -> torch.Tensor:
+            root_module = root_spec.build(target, mode=mode)
+            return probes.declared_pattern(
+                root_module, root_spec.multihead, self.n, self.heads, causal, device=device
+            )
+
+        key = ("declared", self.root, target, self.n, self.heads, mode, causal, str(device))
+        return self.cache.patterns.get(key, build), f"{self.root}'s pattern"
 
     def run_once(
         self, inputs: probes.Inputs, grad_out: torch.Tensor
@@ -423,20 +508,26 @@ class _CaseRun:
     def check_reference(
         self,
         inputs: probes.Inputs,
+        value_b: torch.Tensor,
         pattern: torch.Tensor,
         grad_out: torch.Tensor,
         out: torch.Tensor,
         grads: tuple[torch.Tensor | None, ...] | None,
     ) -> None:
+        """Output and input gradients against the float64 reference of the declared pattern.
+
+        Run B's reference (``v`` replaced by ``value_b``, for the ``written`` check) comes out of
+        the same softmax: only ``v`` differs, so the probabilities are computed once.
+        """
         try:
-            ref, ref_grads = probes.reference(
-                self.module, self.spec.multihead, inputs, pattern, self.case.causal, grad_out
+            ref, ref_grads, ref_b = probes.reference(
+                self.module, self.spec.multihead, inputs, pattern, self.case.causal, grad_out, value_b
             )
         except Exception as exc:
             self.record("reference", f"the float64 reference failed: {probes.describe(exc)}")
             self.block(["grad"], "no reference")
             return
-        self.ref_out = ref
+        self.ref_out, self.ref_out_b = ref, ref_b
         err = probes.rel_err(out, ref)
         self.record("reference", probes.fmt_err(err, self.tol) if not err <= self.tol else None, err)
         if grads is None or ref_grads is None:
@@ -486,13 +577,10 @@ class _CaseRun:
         else:
             self.record("deterministic", f"two identical runs differ: {probes.fmt_err(diff, self.tol)}", diff)
 
-    def check_written(
-        self, inputs: probes.Inputs, pattern: torch.Tensor, out_a: torch.Tensor, ref_a: torch.Tensor
-    ) -> None:
-        other = self.spec.make_inputs(
-            self.cfg.shape, device=self.device, dtype=self.dtype, seed=self.seed + 1, requires_grad=False
-        )
-        inputs_b = tuple(t.detach().clone().requires_grad_(True) for t in (inputs[0], inputs[1], other[2]))
+    def check_written(self, inputs: probes.Inputs, value_b: torch.Tensor, out_a: torch.Tensor) -> None:
+        """Run B (only ``v`` differs from run A) must change every row whose reference changes."""
+        assert self.ref_out is not None and self.ref_out_b is not None
+        inputs_b = tuple(t.detach().clone().requires_grad_(True) for t in (inputs[0], inputs[1], value_b))
         probes.poison_allocator(inputs[0])
         try:
             raw = probes.forward(self.module, inputs_b, self.case.causal)
@@ -503,10 +591,9 @@ class _CaseRun:
         except Exception as exc:
             self.record("written", f"run with a different v raised {probes.describe(exc)}")
             return
-        ref_b, _ = probes.reference(
-            self.module, self.spec.multihead, inputs_b, pattern, self.case.causal, None
+        self.record(
+            "written", probes.unwritten_rows(out_a, out_b, self.ref_out, self.ref_out_b, self.row_dims)
         )
-        self.record("written", probes.unwritten_rows(out_a, out_b, ref_a, ref_b, self.row_dims))
 
     def _random_like(self, like: torch.Tensor, seed: int) -> torch.Tensor:
         gen = torch.Generator().manual_seed(seed)
