@@ -55,6 +55,7 @@ _TOP_KEYS = {
     "suspect_fraction",
     "bootstrap_resamples",
     "seed",
+    "rounds",
     "retry",
     "override",
 }
@@ -141,6 +142,7 @@ class Config:
     suspect_fraction: float = 0.75
     bootstrap_resamples: int = 2000
     seed: int = 0
+    rounds: int = 3  # rounds (fresh processes) a side of a measurement (research/gpu_timing.md §0)
     retry: RetryConfig = field(default_factory=RetryConfig)
     overrides: tuple[Override, ...] = ()
     source: str = "defaults"
@@ -199,6 +201,7 @@ class Config:
             "suspect_fraction": self.suspect_fraction,
             "bootstrap_resamples": self.bootstrap_resamples,
             "seed": self.seed,
+            "rounds": self.rounds,
             "retry": {"enabled": self.retry.enabled, "rounds": self.retry.rounds},
             "overrides": [
                 {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in vars(ov).items() if v is not None}
@@ -275,6 +278,8 @@ def parse_config(table: Mapping[str, Any], *, source: str = "[tool.perfguard]") 
         kw["bootstrap_resamples"] = _integer("bootstrap_resamples", table["bootstrap_resamples"], source, 100)
     if "seed" in table:
         kw["seed"] = _integer("seed", table["seed"], source, 0)
+    if "rounds" in table:
+        kw["rounds"] = _integer("rounds", table["rounds"], source, 1)
     if "retry" in table:
         kw["retry"] = _retry(table["retry"], source, defaults.retry)
     if "override" in table:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from perfguard.profiles import CHOICES
+
 db_option = click.option(
     "--db",
     "db_url",
@@ -14,11 +16,9 @@ db_option = click.option(
     "Default: sqlite file .perfguard/history.db in the repository.",
 )
 
-PROFILES = ("auto", "quick", "production", "medium", "long", "document", "context", "book")
-
 profile_option = click.option(
     "--profile",
-    type=click.Choice(PROFILES),
+    type=click.Choice(CHOICES),
     default="auto",
     show_default=True,
     help="Benchmark profile: sequence lengths and dtypes. 'auto' = quick without CUDA, production with.",
@@ -30,4 +30,11 @@ bench_option = click.option(
     default=None,
     metavar="REGEX",
     help="Only benchmarks whose 'name(params)' matches this regular expression (asv -b).",
+)
+
+rounds_option = click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Rounds (fresh processes) per commit; default [tool.perfguard] rounds, else 3.",
 )

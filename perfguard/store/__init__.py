@@ -22,6 +22,8 @@ StoreError and nothing is written; an interrupted write leaves the store as it w
     store.record_run(machine: MachineRecord, commit: CommitRecord, *, profile, purpose="run",
                      round=0, software, fingerprint, settings, command="", started_at,
                      finished_at, results: Sequence[ResultRecord]) -> StoredRun
+    store.record_runs(machine, commit, runs: Sequence[RunRecord]) -> list[StoredRun]
+        # the rounds of one measurement in one transaction (a run killed between rounds leaves nothing)
     store.record_check(machine, head: CommitRecord, base: CommitRecord, *, baseline_ref, profile,
                        threshold, verdict, exit_code, summary, environment, config, command="",
                        created_at=None, items: Sequence[CheckItemRecord]) -> int  (the check id)
@@ -67,6 +69,7 @@ from perfguard.store.records import (
     CommitRecord,
     MachineRecord,
     ResultRecord,
+    RunRecord,
     StoredCheck,
     StoredCheckItem,
     StoredCommit,
@@ -90,6 +93,7 @@ __all__ = [
     "MachineRecord",
     "ResultRecord",
     "ResultsByKey",
+    "RunRecord",
     "SchemaState",
     "Series",
     "SeriesPoint",

@@ -197,6 +197,39 @@ class ResultRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RunRecord:
+    """One run (one round of one measurement) with its results, as ``Store.record_runs`` takes it."""
+
+    profile: str
+    purpose: str = "run"
+    round: int = 0
+    software: Mapping[str, Any] = field(default_factory=dict)
+    fingerprint: Mapping[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    command: str = ""
+    started_at: datetime
+    finished_at: datetime
+    results: Sequence[ResultRecord] = ()
+
+    def validate(self) -> None:
+        require_text("profile", self.profile, 32)
+        if self.purpose not in PURPOSES:
+            raise RecordError(f"purpose is {self.purpose!r}; expected one of {', '.join(PURPOSES)}")
+        if not isinstance(self.round, int) or isinstance(self.round, bool) or self.round < 0:
+            raise RecordError(f"round must be a count from 0, not {self.round!r}")
+        for name in ("software", "fingerprint", "settings"):
+            require_json(name, getattr(self, name), mapping=True)
+        if not isinstance(self.command, str):
+            raise RecordError("command must be text")
+        require_aware("started_at", self.started_at)
+        require_aware("finished_at", self.finished_at)
+        if self.finished_at < self.started_at:
+            raise RecordError(f"finished_at {self.finished_at} is before started_at {self.started_at}")
+        if not self.results:
+            raise RecordError("a run needs at least one result")
+
+
+@dataclass(frozen=True, kw_only=True)
 class CheckItemRecord:
     """One verdict of a check (a benchmark x params, or an implementation new / missing / broken)."""
 

@@ -26,12 +26,12 @@ from perfguard.store.engine import WRITE_OPTION, create, explain
 from perfguard.store.models import Check, CheckItem, Commit, Machine, Result, ResultData, Run
 from perfguard.store.records import (
     MEASUREMENT_PURPOSES,
-    PURPOSES,
     CheckItemRecord,
     CommitRecord,
     MachineRecord,
     RecordError,
     ResultRecord,
+    RunRecord,
     StoredCheck,
     StoredCheckItem,
     StoredCommit,
@@ -227,84 +227,97 @@ class Store:
         are created in the same transaction if new.  Every record is validated first; a bad one
         raises :class:`StoreError` naming it, before anything is written.
         """
+        run = RunRecord(
+            profile=profile,
+            purpose=purpose,
+            round=round,
+            software=software,
+            fingerprint=fingerprint,
+            settings=settings,
+            command=command,
+            started_at=started_at,
+            finished_at=finished_at,
+            results=results,
+        )
+        return self.record_runs(machine, commit, [run])[0]
+
+    def record_runs(
+        self, machine: MachineRecord, commit: CommitRecord, runs: Sequence[RunRecord]
+    ) -> list[StoredRun]:
+        """Store several runs of one commit (the rounds of one measurement) in one transaction.
+
+        A measurement killed between its rounds therefore leaves nothing behind, and a commit is
+        never half measured in the store.
+        """
         _check("machine", machine.validate)
         _check("commit", commit.validate)
+        if not runs:
+            raise StoreError(f"no runs to record; {_NOTHING_WRITTEN}", hint="measure something first")
+        for n, run in enumerate(runs, start=1):
+            where = "run" if len(runs) == 1 else f"run {n} of {len(runs)}"
+            _check(where, run.validate)
+            seen: dict[tuple[str, str], int] = {}
+            for i, record in enumerate(run.results, start=1):
+                _check(f"result {i} of {len(run.results)} ({_describe(record)})", record.validate)
+                if record.key in seen:
+                    raise StoreError(
+                        f"results {seen[record.key]} and {i} of the run are both {record.describe()}; "
+                        f"{_NOTHING_WRITTEN}",
+                        hint="a run holds one result per benchmark x params",
+                    )
+                seen[record.key] = i
 
-        def validate_run() -> None:
-            require_text("profile", profile, 32)
-            if purpose not in PURPOSES:
-                raise RecordError(f"purpose is {purpose!r}; expected one of {', '.join(PURPOSES)}")
-            if not isinstance(round, int) or isinstance(round, bool) or round < 0:
-                raise RecordError(f"round must be a count from 0, not {round!r}")
-            for name, value in (("software", software), ("fingerprint", fingerprint), ("settings", settings)):
-                require_json(name, value, mapping=True)
-            if not isinstance(command, str):
-                raise RecordError("command must be text")
-            require_aware("started_at", started_at)
-            require_aware("finished_at", finished_at)
-            if finished_at < started_at:
-                raise RecordError(f"finished_at {finished_at} is before started_at {started_at}")
-            if not results:
-                raise RecordError("a run needs at least one result")
-
-        _check("run", validate_run)
-        seen: dict[tuple[str, str], int] = {}
-        for i, record in enumerate(results, start=1):
-            _check(f"result {i} of {len(results)} ({_describe(record)})", record.validate)
-            if record.key in seen:
-                raise StoreError(
-                    f"results {seen[record.key]} and {i} of the run are both {record.describe()}; "
-                    f"{_NOTHING_WRITTEN}",
-                    hint="a run holds one result per benchmark x params",
-                )
-            seen[record.key] = i
-
+        stored: list[StoredRun] = []
         with self._writing("recording a run in") as session:
             machine_id = self._upsert_machine(session, machine)
             commit_id = self._upsert_commit(session, commit)
-            run = Run(
-                machine_id=machine_id,
-                commit_id=commit_id,
-                profile=profile,
-                purpose=purpose,
-                round=round,
-                software=dict(software),
-                fingerprint=dict(fingerprint),
-                settings=dict(settings),
-                command=command,
-                started_at=started_at,
-                finished_at=finished_at,
-                status="complete",
-            )
-            session.add(run)
-            session.flush()
-            ids = session.scalars(
-                insert(Result).returning(Result.id, sort_by_parameter_order=True),
-                [{"run_id": run.id, **_result_values(record)} for record in results],
-            ).all()
-            session.execute(
-                insert(ResultData),
-                [
-                    {"result_id": result_id, "samples": record.samples, "info": dict(record.info)}
-                    for result_id, record in zip(ids, results, strict=True)
-                ],
-            )
-            return StoredRun(
-                id=run.id,
-                machine_key=machine.key,
-                sha=commit.sha,
-                profile=profile,
-                purpose=purpose,
-                round=round,
-                software=dict(software),
-                fingerprint=dict(fingerprint),
-                settings=dict(settings),
-                command=command,
-                started_at=started_at.astimezone(timezone.utc),
-                finished_at=finished_at.astimezone(timezone.utc),
-                status="complete",
-                n_results=len(results),
-            )
+            for record in runs:
+                run = Run(
+                    machine_id=machine_id,
+                    commit_id=commit_id,
+                    profile=record.profile,
+                    purpose=record.purpose,
+                    round=record.round,
+                    software=dict(record.software),
+                    fingerprint=dict(record.fingerprint),
+                    settings=dict(record.settings),
+                    command=record.command,
+                    started_at=record.started_at,
+                    finished_at=record.finished_at,
+                    status="complete",
+                )
+                session.add(run)
+                session.flush()
+                ids = session.scalars(
+                    insert(Result).returning(Result.id, sort_by_parameter_order=True),
+                    [{"run_id": run.id, **_result_values(r)} for r in record.results],
+                ).all()
+                session.execute(
+                    insert(ResultData),
+                    [
+                        {"result_id": result_id, "samples": r.samples, "info": dict(r.info)}
+                        for result_id, r in zip(ids, record.results, strict=True)
+                    ],
+                )
+                stored.append(
+                    StoredRun(
+                        id=run.id,
+                        machine_key=machine.key,
+                        sha=commit.sha,
+                        profile=record.profile,
+                        purpose=record.purpose,
+                        round=record.round,
+                        software=dict(record.software),
+                        fingerprint=dict(record.fingerprint),
+                        settings=dict(record.settings),
+                        command=record.command,
+                        started_at=record.started_at.astimezone(timezone.utc),
+                        finished_at=record.finished_at.astimezone(timezone.utc),
+                        status="complete",
+                        n_results=len(record.results),
+                    )
+                )
+        return stored
 
     def runs_for(
         self, machine_key: str, sha: str, profile: str, purposes: Sequence[str] = MEASUREMENT_PURPOSES

@@ -1,0 +1,198 @@
+"""The work one benchmark times: an implementation from the registry at a profile's shape.
+
+A :class:`Case` is built once per benchmark process (in asv's ``setup``) and hands the timer two
+callables that do the same work on every call and need nothing from the host between calls:
+:meth:`Case.forward` (inference: ``no_grad``) and :meth:`Case.forward_backward` (forward, then the
+gradients of every input and parameter through ``torch.autograd.grad``, which returns fresh
+tensors instead of accumulating into ``.grad``, so a CUDA-graph replay repeats exactly one
+step).  It also knows the work it stands for: tokens per call and the attended-pair FLOPs of the
+forward pass (``research/gpu_timing.md`` §3: 4·d FLOPs per attended (head, query, key) pair,
+counting multiplicity; backward 2.5× forward), from which perfguard derives tokens/s and TFLOP/s.
+
+A case that cannot run here raises :class:`Unsupported` (a ``NotImplementedError``, which asv
+reports as *skipped*, never as failed): CUDA asked for but absent, a dtype the implementation does
+not support, a size that does not fit the GPU, or a CPU run of a length beyond
+:data:`CPU_MAX_SEQ_LEN`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from perfguard import profiles
+
+#: Version of what the suites measure and how (the asv ``version`` of every suite benchmark).  Bump it
+#: when a change makes new numbers incomparable with old ones (the timer, the case's work): perfguard
+#: then re-measures stored baselines instead of comparing numbers taken by different rules.
+SUITE_VERSION = "1"
+
+#: Longest sequence benchmarked on the CPU: beyond it, one call of the straightforward
+#: implementation takes minutes and the suite would never finish on a CI machine.
+CPU_MAX_SEQ_LEN = 16384
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class Unsupported(NotImplementedError):
+    """This case cannot run on this machine; asv records it as skipped."""
+
+
+def device_from_environment() -> str:
+    """``$PERFGUARD_DEVICE`` (cpu / cuda), else cuda when NVML sees a GPU; never initialises CUDA."""
+    wanted = os.environ.get(profiles.DEVICE_ENV, "").strip().lower()
+    if wanted in ("cpu", "cuda"):
+        return wanted
+    from perfguard.machine import cuda_visible
+
+    return "cuda" if cuda_visible() else "cpu"
+
+
+@dataclass
+class Case:
+    """One implementation, built and fed, ready to be timed."""
+
+    impl: str
+    seq_len: int
+    dtype: str
+    device: str
+    module: torch.nn.Module
+    inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    multihead: bool
+    config: dict[str, Any]
+    tokens: int
+    forward_flops: float
+    _grad_inputs: tuple[torch.Tensor, ...] = field(default=(), repr=False)
+    _grad_out: torch.Tensor | None = field(default=None, repr=False)
+
+    def _call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out = self.module(q, k, v)
+        return out[0] if self.multihead else out
+
+    def forward(self) -> Callable[[], torch.Tensor]:
+        """One inference forward pass (no autograd graph is built)."""
+        q, k, v = self.inputs
+
+        def run() -> torch.Tensor:
+            with torch.no_grad():
+                return self._call(q, k, v)
+
+        return run
+
+    def forward_backward(self) -> Callable[[], tuple[torch.Tensor, ...]]:
+        """Forward, then the gradients of q, k, v and every parameter for a fixed output gradient."""
+        if not self._grad_inputs:
+            leaves = tuple(t.detach().requires_grad_(True) for t in self.inputs)
+            params = tuple(p for p in self.module.parameters() if p.requires_grad)
+            self._grad_inputs = leaves + params
+            gen = torch.Generator(device="cpu").manual_seed(1)
+            shape = leaves[0].shape
+            self._grad_out = torch.randn(shape, generator=gen).to(self.device, dtype=leaves[0].dtype)
+        leaves3 = self._grad_inputs[:3]
+        wrt = self._grad_inputs
+        grad_out = self._grad_out
+
+        def run() -> tuple[torch.Tensor, ...]:
+            out = self._call(*leaves3)
+            return torch.autograd.grad(out, wrt, grad_out)
+
+        return run
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """What the results store beside the numbers: the configuration and the work per call."""
+        return {
+            "config": self.config,
+            "tokens": self.tokens,
+            "forward_flops": self.forward_flops,
+            "device_name": torch.cuda.get_device_name() if self.device == "cuda" else "cpu",
+        }
+
+
+def _attended_pairs(module: torch.nn.Module, seq_len: int, num_heads: int) -> int:
+    """(head, query, key) pairs one forward computes, counting multiplicity, without an (H, n, n) tensor."""
+    from attention.pattern import dilated_attended_pairs
+
+    core = getattr(module, "attention", module)
+    active_blocks = getattr(core, "active_blocks", None)
+    if active_blocks is not None:  # block-sparse: its own pattern
+        bs = int(core.block_size)
+        active = active_blocks(seq_len, False).to(torch.int64)
+        nb = active.shape[0]
+        sizes = torch.full((nb,), bs, dtype=torch.int64)
+        sizes[-1] = seq_len - bs * (nb - 1)
+        pairs = (sizes[:, None] * sizes[None, :] * active).sum().item()
+        return int(pairs) * num_heads
+    return dilated_attended_pairs(
+        seq_len, num_heads, core.segment_lengths, core.dilation_rates, getattr(core, "mode", "longnet")
+    )
+
+
+def build(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Profile) -> Case:
+    """Build the case for one benchmark x params, or raise :class:`Unsupported`."""
+    from attention.registry import get
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise Unsupported("CUDA is not available here")
+    if device == "cpu" and seq_len > CPU_MAX_SEQ_LEN:
+        raise Unsupported(f"seq_len {seq_len} > {CPU_MAX_SEQ_LEN} is not benchmarked on the CPU")
+    try:
+        spec = get(impl)
+    except KeyError as exc:
+        raise Unsupported(str(exc)) from None
+    torch_dtype = DTYPES[dtype]
+    supported = spec.cuda_dtypes if device == "cuda" else spec.cpu_dtypes
+    if torch_dtype not in supported:
+        raise Unsupported(f"{impl} does not support {dtype} on {device}")
+
+    shape = profile.shape(device)
+    overrides: dict[str, Any] = dict(profiles.dilation_for(seq_len))
+    if spec.multihead:
+        overrides.update(embed_dim=shape.num_heads * shape.head_dim, num_heads=shape.num_heads)
+    else:
+        overrides["num_heads"] = shape.num_heads
+    try:
+        module = spec.build("bench", device=device, dtype=torch_dtype, **overrides)
+        bench_shape = type(spec.bench.shape)(shape.batch, seq_len, shape.num_heads, shape.head_dim)
+        inputs = spec.make_inputs(bench_shape, device=device, dtype=torch_dtype, seed=0)
+    except torch.cuda.OutOfMemoryError as exc:
+        raise Unsupported(f"does not fit the GPU: {str(exc).splitlines()[0]}") from None
+    config = {**{k: v for k, v in spec.bench.kwargs.items()}, **overrides}
+    config.update(batch=shape.batch, seq_len=seq_len, num_heads=shape.num_heads, head_dim=shape.head_dim)
+    pairs = _attended_pairs(module, seq_len, shape.num_heads)
+    return Case(
+        impl=impl,
+        seq_len=seq_len,
+        dtype=dtype,
+        device=device,
+        module=module,
+        inputs=inputs,
+        multihead=spec.multihead,
+        config=_jsonable(config),
+        tokens=shape.batch * seq_len,
+        forward_flops=4.0 * shape.batch * pairs * shape.head_dim,
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def first_call(fn: Callable[[], Any], device: str) -> None:
+    """Run ``fn`` once; a GPU out-of-memory becomes :class:`Unsupported` (too big for this GPU)."""
+    try:
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    except torch.cuda.OutOfMemoryError as exc:
+        raise Unsupported(f"does not fit the GPU: {str(exc).splitlines()[0]}") from None
