@@ -5,7 +5,8 @@ perfguard uses asv as its benchmark runner (asv.md §7): one ``asv run -E existi
 virtualenv builds of torch.  What differs between commits is only the code under test: the suite,
 the timer and perfguard itself always come from the checkout perfguard runs in (as with ``asv
 continuous``, both sides are measured by the same rules), while ``attention`` is imported from the
-commit being measured through an *import shim*: a directory on ``PYTHONPATH`` holding one link,
+commit being measured through an *import shim*: a directory first on ``sys.path`` of every benchmark
+process (asv's ``ASV_PYTHONPATH``; asv drops a plain ``PYTHONPATH``) holding one link,
 ``attention -> <source>/attention``, where ``<source>`` is the work tree itself (HEAD, dirty or not)
 or a git worktree of another commit.
 
@@ -248,7 +249,9 @@ class AsvRunner:
             **os.environ,
             **{k: v for k, v in _real_home_caches().items() if v and k not in os.environ},
             "HOME": str(self.home),
-            "PYTHONPATH": os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p),
+            # asv's benchmark runner drops PYTHONPATH from sys.path unless ASV_PYTHONPATH is set
+            # (asv/benchmark.py); ASV_PYTHONPATH is put first on sys.path of every benchmark process.
+            "ASV_PYTHONPATH": os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p),
             "PYTHONUNBUFFERED": "1",
             sidecar.RUN_DIR_ENV: str(run_dir),
             PROFILE_ENV: self.profile.name,

@@ -123,8 +123,9 @@ def params_key(params: Mapping[str, Any]) -> str:
 
 
 def describe(benchmark: str, metric: str) -> str:
-    """Human name of a benchmark for reason texts ("forward time")."""
-    return _LABELS.get(benchmark, f"{benchmark} ({metric})")
+    """Human name of a benchmark for reason texts ("forward time"), with or without asv's module."""
+    short = benchmark.split(".", 1)[1] if benchmark.count(".") >= 2 else benchmark  # drop asv's module
+    return _LABELS.get(short, f"{short} ({metric})")
 
 
 # --------------------------------------------------------------------------------------------

@@ -65,6 +65,7 @@ class Bench:
     bench: tuple[str, ...]
     work_dir: Path
     stack: ExitStack = field(default_factory=ExitStack)
+    _worktrees: dict[str, Path] = field(default_factory=dict)
 
     @property
     def machine_record(self) -> MachineRecord:
@@ -95,7 +96,9 @@ class Bench:
         from perfguard.asvrun import Target
         from perfguard.gitrepo import checkout
 
-        source = self.stack.enter_context(checkout(self.root, sha, self.work_dir))
+        source = self._worktrees.get(sha)
+        if source is None:
+            source = self._worktrees[sha] = self.stack.enter_context(checkout(self.root, sha, self.work_dir))
         return Side(commit_record(self.root, sha, branch=branch), Target(sha, source), f"{label} {sha[:10]}")
 
     # --- measuring -----------------------------------------------------------------------------
