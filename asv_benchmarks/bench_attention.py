@@ -25,6 +25,7 @@ re-measure baselines instead of comparing numbers taken by different rules.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from attention.registry import names
@@ -45,6 +46,7 @@ class _Suite:
     settings: dict[str, Any]
 
     def setup(self, impl: str, seq_len: int, dtype: str) -> None:
+        self.started = time.perf_counter()
         if self.needs_cuda and DEVICE != "cuda":
             raise cases.Unsupported("peak GPU memory needs CUDA")
         self.settings = timing.pin_settings(DEVICE)
@@ -61,7 +63,13 @@ class _Suite:
             value=value,
             samples=samples,
             method=how,
-            info={**case.info, **info, "settings": self.settings, "profile": PROFILE.name},
+            info={
+                **case.info,
+                **info,
+                "settings": self.settings,
+                "profile": PROFILE.name,
+                "process_seconds": time.perf_counter() - self.started,  # setup to result: the cost
+            },
         )
         return value
 

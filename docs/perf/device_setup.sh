@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Prepare a lent GPU machine (no network) for perfguard: install the carried wheels (asv, SQLAlchemy,
+# Alembic, ... that the image lacks) into /tmp/site, make the checkout importable, and give it a git
+# history when the copy arrived without one.  Source it:  source docs/perf/device_setup.sh
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || return 1 2>/dev/null || exit 1
+export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+if ! git rev-parse --git-dir >/dev/null 2>&1; then
+  git init -q -b main . && git add -A >/dev/null 2>&1 && \
+    git -c user.name=perfguard -c user.email=perfguard@localhost commit -qm "device copy" >/dev/null
+fi
+perfguard() { python3 -m perfguard "$@"; }
