@@ -51,6 +51,8 @@ from perfguard.store.records import ResultRecord
 
 #: Environment variable naming the asv command (default: this interpreter's ``-m asv``).
 ASV_ENV = "PERFGUARD_ASV"
+#: The ``--bench`` regexes of a round, for the suite's group measurement (asv_benchmarks/bench_attention.py).
+SELECTION_ENV = "PERFGUARD_SELECTION"
 #: The package whose code differs between the commits perfguard compares.
 PACKAGE = "attention"
 
@@ -254,6 +256,7 @@ class AsvRunner:
             "ASV_PYTHONPATH": os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p),
             "PYTHONUNBUFFERED": "1",
             sidecar.RUN_DIR_ENV: str(run_dir),
+            SELECTION_ENV: json.dumps(list(bench)),
             PROFILE_ENV: self.profile.name,
             DEVICE_ENV: self.device,
         }
@@ -475,7 +478,8 @@ def _failure_texts(log: str) -> dict[str, dict[str, str]]:
             if text.strip():
                 merged[key] = _dedent(text)
 
-    status_line = re.compile(r"^\[\s*[\d.]+%\] ·{3} (\S+)\s")
+    # "[ 50.00%] ··· bench_attention.Forward.track_time   ok"; not the "··· ====" of a result table
+    status_line = re.compile(r"^\[\s*[\d.]+%\] ·{3} ([A-Za-z_][\w]*(?:\.[\w]+)+)(?:\s|$)")
     detail_line = re.compile(r"^\[\s*[\d.]+%\] ·{4} ?(.*)$")
     in_detail = False
     for raw in log.splitlines():
@@ -590,6 +594,8 @@ def _records(
         raise _bad(path, f"{name}({combo}): result {value!r} is not a number")
     if math.isnan(value):
         reason = text.removeprefix("asv: skipped: ").strip() if text else "skipped (cannot run here)"
+        wrapped = re.fullmatch(r"\w+\((['\"])(.*)\1\)", reason, flags=re.S)  # Unsupported('why') -> why
+        reason = wrapped.group(2) if wrapped else reason
         yield ResultRecord(**base, status="skipped", error=reason[-2000:])
         return
     try:

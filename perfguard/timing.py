@@ -2,9 +2,12 @@
 
 GPU work is asynchronous and the host adds noise, so on CUDA (``research/gpu_timing.md`` §0, §9–§11):
 
-- **warm-up by time**, at least ``warmup_s`` (1 s) and 20 calls of back-to-back work, so clocks,
+- **warm-up by time**, at least ``warmup_s`` (1 s) and 5 calls of back-to-back work, so clocks,
   power and lazy module loading reach their steady state before anything is kept (the first call
-  is JIT / autotune and is never timed);
+  is JIT / autotune and is never timed).  When the same process finished timing other GPU work
+  less than a second earlier (the suite measures an implementation's sequence lengths one after
+  another), the GPU is still at that steady state and ``rewarm_s`` (0.3 s) is enough; the warm-up
+  actually done is recorded with every result;
 - **L2 flush before every sample**, outside the timed region (``zero_()`` of an int32 buffer of
   max(256 MiB, 2 × L2));
 - **CUDA events** around each call;
@@ -55,6 +58,7 @@ class TimerSettings:
     """How long to warm up and how many samples to take (seconds are of measured work)."""
 
     warmup_s: float
+    rewarm_s: float  # warm-up when this process timed GPU work less than a second ago
     min_warmup_calls: int
     min_samples: int
     max_samples: int
@@ -70,13 +74,13 @@ class TimerSettings:
 
 
 CUDA_SETTINGS = TimerSettings(
-    warmup_s=1.0, min_warmup_calls=20, min_samples=30, max_samples=300, min_time_s=0.5, max_time_s=5.0,
-    eager_samples=20,
+    warmup_s=1.0, rewarm_s=0.3, min_warmup_calls=5, min_samples=30, max_samples=300, min_time_s=0.4,
+    max_time_s=5.0, eager_samples=10,
 )  # fmt: skip
 # The CPU is the smoke-test device (CI has no GPU): short warm-up, enough samples for the rank test.
 CPU_SETTINGS = TimerSettings(
-    warmup_s=0.2, min_warmup_calls=2, min_samples=12, max_samples=200, min_time_s=0.4, max_time_s=3.0,
-    eager_samples=0,
+    warmup_s=0.2, rewarm_s=0.2, min_warmup_calls=2, min_samples=12, max_samples=200, min_time_s=0.4,
+    max_time_s=3.0, eager_samples=0,
 )  # fmt: skip
 
 
@@ -293,6 +297,15 @@ def _time_cpu(fn: Callable[[], Any], s: TimerSettings) -> Timing:
 # --------------------------------------------------------------------------------------------
 
 _FLUSH: torch.Tensor | None = None
+#: When this process last finished timing GPU work (the GPU is then still at its steady state).
+_LAST_TIMED: float | None = None
+
+
+def _distributed() -> bool:
+    """Whether several ranks run (graph capture of collectives is not attempted then)."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def _flush_buffer() -> torch.Tensor:
@@ -346,29 +359,38 @@ def _capture(fn: Callable[[], Any]) -> tuple[torch.cuda.CUDAGraph | None, str | 
 
 
 def _time_cuda(fn: Callable[[], Any], s: TimerSettings, *, graph: bool) -> Timing:
+    global _LAST_TIMED
     fn()  # first call: module load, JIT, autotune; never timed
     torch.cuda.synchronize()
-    # Warm-up by time, in blocks of calls, until the clocks and power settle.
+    # Warm-up by time, in blocks of calls, until the clocks and power settle: the full warm-up
+    # unless this process kept the GPU busy with timed work until less than a second ago.
+    since = None if _LAST_TIMED is None else time.perf_counter() - _LAST_TIMED
+    warmup = s.rewarm_s if since is not None and since < 1.0 else s.warmup_s
     started = time.perf_counter()
     calls = 0
-    while _agree(float(calls < s.min_warmup_calls or time.perf_counter() - started < s.warmup_s)) > 0:
+    while _agree(float(calls < s.min_warmup_calls or time.perf_counter() - started < warmup)) > 0:
         for _ in range(max(1, min(10, s.min_warmup_calls))):
             fn()
             calls += 1
         torch.cuda.synchronize()
     warm_wall = time.perf_counter() - started
+    per_call_wall = warm_wall / max(calls, 1)
 
     nvml = _Nvml()
-    eager = _event_samples(fn, max(s.eager_samples, 3), None)
+    # Eager samples are information only: at most ~1 s of them (host-bound code is slow to enqueue).
+    n_eager = int(_agree(max(3, min(s.eager_samples, int(1.0 / max(per_call_wall, 1e-6)))), "min"))
+    eager = _event_samples(fn, n_eager, None)
     eager_median = statistics.median(eager)
     info: dict[str, Any] = {
         "warmup_s": warm_wall,
+        "warmup_target_s": warmup,
         "warmup_calls": calls,
+        "host_s_per_call": per_call_wall,
         "eager_median": eager_median,
         "eager_samples": len(eager),
     }
     replay: Callable[[], Any] | None = None
-    if graph:
+    if graph and not _distributed():
         g, why = _capture(fn)
         if g is not None:
             replay = g.replay
@@ -386,6 +408,7 @@ def _time_cuda(fn: Callable[[], Any], s: TimerSettings, *, graph: bool) -> Timin
         method = "cuda-events"
     nvml.read()
     info["nvml"] = nvml.summary()
+    _LAST_TIMED = time.perf_counter()
     return Timing(samples, method, info)
 
 
