@@ -341,7 +341,7 @@ class AsvRunner:
         """Names of newly finished combinations (from their sidecars); the last one, or None."""
         latest = None
         for path in sorted(run_dir.glob("*.json"), key=lambda p: p.stat().st_mtime):
-            if path.name in seen:
+            if path.name in seen or path.name.startswith("group-"):  # the suite's group records
                 continue
             seen.add(path.name)
             try:

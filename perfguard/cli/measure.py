@@ -15,8 +15,10 @@ from __future__ import annotations
 import re
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from perfguard.errors import UsageError
+from perfguard.errors import PerfguardError, UsageError
 
 if TYPE_CHECKING:
     from perfguard.asvrun import AsvRunner, Progress, Round, Target
@@ -334,7 +336,7 @@ def open_bench(
     profile = profiles.resolve(profile_name, cuda=machine.has_cuda)
     store = Store.open(db_url, cwd=root)
     work_dir = Path(tempfile.mkdtemp(prefix="perfguard-"))
-    with display_and_cleanup(work_dir, store) as on_progress:
+    with interrupts_as_errors(), display_and_cleanup(work_dir, store) as on_progress:
         runner = AsvRunner(
             root, machine, profile, machine.kind, work_dir, on_progress=on_progress, timeout_s=timeout_s
         )
@@ -345,6 +347,35 @@ def open_bench(
                 f"({profile.description}), store {store.url}"
             )
             yield bench_ctx
+
+
+@contextmanager
+def interrupts_as_errors() -> Iterator[None]:
+    """Ctrl-C or SIGTERM (a CI job cancelled, a runner shutting down) stop the measurement cleanly.
+
+    SIGTERM is turned into KeyboardInterrupt so that ``finally`` blocks run (asv is killed, git
+    worktrees and scratch directories removed); either becomes exit 2 with a message.  Nothing of
+    the interrupted measurement was stored: rounds are written only when all of them are done.
+    """
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+        signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        why = str(exc) or "Ctrl-C"
+        raise PerfguardError(
+            f"interrupted ({why}): nothing of this measurement was stored",
+            hint="run the command again; the store holds only complete measurements",
+        ) from None
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager

@@ -1,0 +1,359 @@
+"""``perfguard run`` and ``perfguard check`` end to end, on CPU, in a real temporary git repository.
+
+The repository is built from the project's tracked files with the registry trimmed to two
+implementations (``dilated`` and ``improved``), so that a check takes seconds on a 2-core
+machine; benchmarks are limited with ``--bench`` to the forward time at 512 tokens.  Branches:
+
+- ``double``: ``dilated`` does twice the work (its forward runs twice);
+- ``comment``: a comment changes in ``attention/dilated.py``;
+- ``wrong``: ``dilated`` returns numbers 1% off (fails ``perfguard verify``);
+- ``new-impl``: registers a third implementation.
+
+The store is a real SQLite file, and a real PostgreSQL database for the main flow.  Every error
+path asserts the exit code, the message and that the store is exactly as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, inspect, text
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = r"Forward\.track_time\('(dilated|improved)', 512,"
+
+TRIM = """
+
+# --- test fixture (tests/test_check_cli.py): a project with two implementations ---
+import types as _fixture_types
+
+REGISTRY = _fixture_types.MappingProxyType({k: REGISTRY[k] for k in ("dilated", "improved")})
+"""
+
+DOUBLE = """
+
+# --- tests/test_check_cli.py: `dilated` does twice the work ---
+_double_build = ImplSpec.build
+
+
+def _double(self, *args, **kwargs):
+    module = _double_build(self, *args, **kwargs)
+    if self.name == "dilated":
+        forward = module.forward
+
+        def twice(*a, **k):
+            forward(*a, **k)
+            return forward(*a, **k)
+
+        module.forward = twice
+    return module
+
+
+ImplSpec.build = _double
+"""
+
+WRONG = """
+
+# --- tests/test_check_cli.py: `dilated` is 1% off ---
+_wrong_build = ImplSpec.build
+
+
+def _wrong(self, *args, **kwargs):
+    module = _wrong_build(self, *args, **kwargs)
+    if self.name == "dilated":
+        forward = module.forward
+        module.forward = lambda *a, **k: forward(*a, **k) * 1.01
+    return module
+
+
+ImplSpec.build = _wrong
+"""
+
+NEW_IMPL = """
+
+# --- tests/test_check_cli.py: a third implementation, new in this branch ---
+import dataclasses as _dc
+
+REGISTRY = _fixture_types.MappingProxyType(
+    {**REGISTRY, "dilated_twin": _dc.replace(REGISTRY["dilated"], name="dilated_twin")}
+)
+"""
+NEW_IMPL_FACTORY = """
+
+# --- tests/test_check_cli.py: the factory knows the new implementation ---
+CLASSES = MappingProxyType({**CLASSES, "dilated_twin": "attention.dilated:DilatedAttention"})
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}  # fmt: skip
+    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, f"git {' '.join(args)}: {proc.stderr}"
+    return proc.stdout.strip()
+
+
+def tracked_files() -> list[str]:
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    return [f for f in out.decode().split("\0") if f and (ROOT / f).is_file()]
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project as a git repository: main (trimmed) and the branches of the module docstring."""
+    repo = tmp_path_factory.mktemp("origin") / "project"
+    for name in tracked_files():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, repo / name)
+    with (repo / "attention" / "registry.py").open("a") as fh:
+        fh.write(TRIM)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    for branch, changes in (
+        ("double", [("attention/registry.py", DOUBLE)]),
+        ("comment", [("attention/dilated.py", "\n# A comment changed; the code did not.\n")]),
+        ("wrong", [("attention/registry.py", WRONG)]),
+        ("new-impl", [("attention/registry.py", NEW_IMPL), ("attention/factory.py", NEW_IMPL_FACTORY)]),
+    ):
+        git(repo, "checkout", "-q", "-b", branch, "main")
+        for path, addition in changes:
+            with (repo / path).open("a") as fh:
+                fh.write(addition)
+        git(repo, "commit", "-qam", branch)
+    git(repo, "checkout", "-q", "main")
+    return repo
+
+
+@pytest.fixture
+def repo(origin: Path, tmp_path: Path) -> Path:
+    """A fresh clone of the project for one test (its own work tree, all branches local)."""
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    for branch in ("double", "comment", "wrong", "new-impl"):
+        git(clone, "branch", "-q", branch, f"origin/{branch}")
+    return clone
+
+
+def perfguard(repo: Path, *args: str, db: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PERFGUARD_DB": db, "PYTHONUNBUFFERED": "1"}
+    env.pop("PERFGUARD_ASV", None)
+    return subprocess.run(
+        [sys.executable, "-m", "perfguard", *args],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def table_counts(url: str) -> dict[str, int]:
+    """Rows per table: what 'the store is as it was' is checked against."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            names = inspect(conn).get_table_names()
+            return {n: conn.execute(text(f'SELECT COUNT(*) FROM "{n}"')).scalar_one() for n in names}
+    finally:
+        engine.dispose()
+
+
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'history.db'}"
+
+
+def report(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def gated_verdicts(document: dict[str, Any], verdict: str) -> set[str]:
+    return {i["impl"] for i in document["items"] if i["verdict"] == verdict and i["gated"]}
+
+
+# --------------------------------------------------------------------------------------------------
+# the main flow: record main, then a regressing branch fails and a comment-only branch passes
+
+
+def main_flow(repo: Path, db: str, tmp_path: Path) -> None:
+    recorded = perfguard(repo, "run", "--bench", BENCH, db=db)
+    assert recorded.returncode == 0, recorded.stderr
+    assert "stored 3 round(s)" in recorded.stderr
+
+    git(repo, "checkout", "-q", "double")
+    out = tmp_path / "double"
+    slow = perfguard(repo, "check", "--baseline", "main", "--bench", BENCH, "--json", f"{out}.json",
+                     "--markdown", f"{out}.md", db=db)  # fmt: skip
+    assert slow.returncode == 1, slow.stdout + slow.stderr
+    document = report(tmp_path / "double.json")
+    assert gated_verdicts(document, "regression") == {"dilated"}, document["items"]
+    improved = [i for i in document["items"] if i["impl"] == "improved" and i["gated"]]
+    assert improved and all(i["verdict"] in ("unchanged", "unstable", "improvement") for i in improved)
+    regression = next(i for i in document["items"] if i["impl"] == "dilated" and i["verdict"] == "regression")
+    assert 1.6 < regression["ratio"] < 2.5 and regression["retried"], regression
+    assert "baseline" in slow.stderr and "using 3 stored round(s)" in slow.stderr  # main was reused
+    assert "dilated" in slow.stdout and "regression" in slow.stdout
+    assert "dilated" in (tmp_path / "double.md").read_text()
+
+    git(repo, "checkout", "-q", "comment")
+    out = tmp_path / "comment"
+    same = perfguard(repo, "check", "--baseline", "main", "--bench", BENCH, "--json", f"{out}.json", db=db)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert gated_verdicts(report(tmp_path / "comment.json"), "regression") == set()
+
+
+@pytest.mark.slow
+def test_regression_fails_and_comment_passes_on_sqlite(repo: Path, tmp_path: Path) -> None:
+    main_flow(repo, sqlite_url(tmp_path), tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_regression_fails_and_comment_passes_on_postgresql(
+    repo: Path, tmp_path: Path, postgres_url: str
+) -> None:
+    main_flow(repo, postgres_url, tmp_path)
+
+
+# --------------------------------------------------------------------------------------------------
+# verdicts that are not timings
+
+
+def test_wrong_numbers_make_the_implementation_broken(repo: Path, tmp_path: Path) -> None:
+    db = sqlite_url(tmp_path)
+    git(repo, "checkout", "-q", "wrong")
+    result = perfguard(repo, "check", "--baseline", "main", "--bench", BENCH, "--rounds", "2", "--json",
+                       str(tmp_path / "r.json"), db=db)  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "fails perfguard verify for: dilated" in result.stderr
+    document = report(tmp_path / "r.json")
+    assert document["verdict"] == "broken"
+    assert gated_verdicts(document, "broken") == {"dilated"}
+    assert "improved" not in gated_verdicts(document, "broken")
+
+
+def test_an_implementation_new_in_head_is_new_not_failed(repo: Path, tmp_path: Path) -> None:
+    db = sqlite_url(tmp_path)
+    git(repo, "checkout", "-q", "new-impl")
+    bench = r"Forward\.track_time\('(dilated|dilated_twin)', 512,"
+    result = perfguard(repo, "check", "--baseline", "main", "--bench", bench, "--rounds", "2", "--json",
+                       str(tmp_path / "r.json"), db=db)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    verdicts = {(i["impl"], i["verdict"]) for i in report(tmp_path / "r.json")["items"]}
+    assert ("dilated_twin", "new") in verdicts
+    assert not {v for _, v in verdicts} & {"regression", "failed", "broken"}
+    assert "1 new" in result.stdout or "new" in result.stdout
+
+
+def test_a_dirty_work_tree_is_measured_as_head_plus_changes(repo: Path, tmp_path: Path) -> None:
+    db = sqlite_url(tmp_path)
+    with (repo / "attention" / "dilated.py").open("a") as fh:
+        fh.write("\n# uncommitted\n")
+    result = perfguard(repo, "run", "--bench", BENCH, "--rounds", "1", db=db)
+    assert result.returncode == 0, result.stderr
+    assert "uncommitted changes" in result.stderr
+    head = git(repo, "rev-parse", "HEAD")
+    engine = create_engine(db)
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT sha, dirty FROM commits")).all()
+    engine.dispose()
+    assert len(rows) == 1 and rows[0][0].startswith(f"{head}+dirty.") and rows[0][1]
+
+
+# --------------------------------------------------------------------------------------------------
+# errors: exit 2, a message that says what to do, the store as it was
+
+
+def seeded_store(repo: Path, tmp_path: Path) -> str:
+    """A store that already holds one run of main (so 'as it was' is not trivially 'empty')."""
+    db = sqlite_url(tmp_path)
+    seeded = perfguard(repo, "run", "--bench", BENCH, "--rounds", "1", db=db)
+    assert seeded.returncode == 0, seeded.stderr
+    return db
+
+
+def test_unknown_baseline_ref_exits_2_and_leaves_the_store_alone(repo: Path, tmp_path: Path) -> None:
+    db = seeded_store(repo, tmp_path)
+    before = table_counts(db)
+    result = perfguard(repo, "check", "--baseline", "no-such-branch", "--bench", BENCH, db=db)
+    assert result.returncode == 2
+    assert "unknown baseline ref 'no-such-branch'" in result.stderr and "hint:" in result.stderr
+    assert table_counts(db) == before
+
+
+def test_unreachable_database_exits_2_with_the_password_masked(repo: Path) -> None:
+    url = "postgresql://bench:s3cret@127.0.0.1:9/history"
+    result = perfguard(repo, "run", "--bench", BENCH, db=url)
+    assert result.returncode == 2, result.stderr
+    assert "s3cret" not in result.stderr and "127.0.0.1:9" in result.stderr and "hint:" in result.stderr
+
+
+def test_unknown_database_scheme_exits_2(repo: Path) -> None:
+    result = perfguard(repo, "check", "--baseline", "main", db="mysql://u@localhost/x")
+    assert result.returncode == 2 and "hint:" in result.stderr
+
+
+CORRUPTING_ASV = """#!{python}
+# Stand-in for the asv command: runs the real asv, then truncates the result file it wrote.
+import pathlib, subprocess, sys
+code = subprocess.call([sys.executable, "-m", "asv", *sys.argv[1:]])
+config = pathlib.Path(sys.argv[sys.argv.index("--config") + 1])
+for path in (config.parent / "results").glob("*/*-*.json"):
+    data = path.read_text()
+    path.write_text(data[: len(data) // 2])
+sys.exit(code)
+"""
+
+
+def test_a_truncated_asv_result_file_exits_2_and_stores_nothing(repo: Path, tmp_path: Path) -> None:
+    db = seeded_store(repo, tmp_path)
+    before = table_counts(db)
+    wrapper = tmp_path / "asv-corrupting"
+    wrapper.write_text(CORRUPTING_ASV.format(python=sys.executable))
+    wrapper.chmod(0o755)
+    env = {**os.environ, "PERFGUARD_DB": db, "PERFGUARD_ASV": str(wrapper)}
+    command = [sys.executable, "-m", "perfguard", "run", "--bench", BENCH, "--rounds", "2"]
+    result = subprocess.run(
+        command, cwd=repo, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    assert "is corrupt" in result.stderr and "nothing was stored" in result.stderr
+    assert table_counts(db) == before
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_run_killed_midway_exits_2_and_stores_nothing(repo: Path, tmp_path: Path, sig: int) -> None:
+    db = seeded_store(repo, tmp_path)
+    before = table_counts(db)
+    env = {**os.environ, "PERFGUARD_DB": db, "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "perfguard", "run", "--bench", BENCH, "--rounds", "3"]
+    proc = subprocess.Popen(
+        command, cwd=repo, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    )
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # wait until the first round has finished: it must not be stored
+        seen.append(line)
+        if "round 1/3 done" in line:
+            break
+    proc.send_signal(sig)
+    rest = proc.stderr.read()
+    code = proc.wait(timeout=120)
+    assert code == 2, "".join(seen) + rest
+    assert "interrupted" in rest and "nothing of this measurement was stored" in rest
+    assert table_counts(db) == before
+    time.sleep(0.1)
+    assert (
+        "worktree" not in git(repo, "worktree", "list")
+        or len(git(repo, "worktree", "list").splitlines()) == 1
+    )
