@@ -69,7 +69,7 @@ _path = click.Path(dir_okay=False, path_type=Path)
 @click.option(
     "--verify-report",
     "verify_report",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     help="Use this `perfguard verify --json` report of the work tree instead of verifying again.",
 )
@@ -153,6 +153,11 @@ def _broken_impls(bench: Bench, report: Path | None, skip: bool) -> dict[str, li
         return {}
     if report is None:
         report = _run_verify(bench)
+    elif not report.is_file():
+        raise UsageError(
+            f"--verify-report {report} does not exist",
+            hint="run `perfguard verify --json PATH` first, or leave the option out to verify now",
+        )
     try:
         document = json.loads(report.read_text(encoding="utf-8"))
         rows = document["results"]
