@@ -19,6 +19,7 @@ bug here cannot hide a bug there.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -27,8 +28,53 @@ from attention._lse import attention_with_lse, compute_dtype, merge_stacked
 from attention.pattern import branch_heads
 
 
+class _GroupIndex(NamedTuple):
+    """Where one head group of one branch reads and writes, for one sequence length and device."""
+
+    gather_pos: torch.Tensor  # (S, m) long: kept positions per segment (clamped into the sequence)
+    head_idx: torch.Tensor  # (hg,) long: the group's heads
+    key_visible: torch.Tensor  # (S, 1, 1, m) bool: False for the right padding
+    valid_flat: torch.Tensor  # (V,) long: indices into the flattened (S * m) kept positions that exist
+    rows: torch.Tensor  # (V, 1) long: their positions in the sequence
+
+
 class DilatedAttention(DilatedAttentionBase):
-    """Dilated attention (LongNet) on ``(batch, seq_len, num_heads, head_dim)`` tensors."""
+    """Dilated attention (LongNet) on ``(batch, seq_len, num_heads, head_dim)`` tensors.
+
+    The index tensors of each (sequence length, heads, device) are built once and kept, so a
+    forward pass makes no host-to-device copy and no data-dependent shape: it can be captured in
+    a CUDA graph (perfguard times graph replays, which are ~1% stable where eager launch-bound
+    timing is not).
+    """
+
+    def _indices(self, n: int, h: int, device: torch.device) -> list[tuple[int, list[_GroupIndex]]]:
+        cache: dict[tuple[int, int, torch.device], list[tuple[int, list[_GroupIndex]]]]
+        cache = self.__dict__.setdefault("_index_cache", {})
+        key = (n, h, device)
+        if key not in cache:
+            branches = []
+            for bh in branch_heads(h, self.segment_lengths, self.dilation_rates, self.mode):
+                w, r = bh.segment_length, bh.dilation_rate
+                num_segments = math.ceil(n / w)
+                groups = []
+                for offset, heads in bh.groups().items():
+                    within = torch.arange(offset, w, r)  # kept offsets inside a segment
+                    pos = torch.arange(num_segments)[:, None] * w + within  # (S, m)
+                    valid = pos < n  # positions past the end are the padding
+                    groups.append(
+                        _GroupIndex(
+                            gather_pos=pos.clamp(max=n - 1).to(device),
+                            head_idx=torch.tensor(heads).to(device),
+                            key_visible=valid[:, None, None, :].to(device),
+                            valid_flat=valid.reshape(-1).nonzero().reshape(-1).to(device),
+                            rows=pos[valid][:, None].to(device),
+                        )
+                    )
+                branches.append((w, groups))
+            if len(cache) >= 8:  # a few lengths at most; never grow without bound
+                cache.pop(next(iter(cache)))
+            cache[key] = branches
+        return cache[key]
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = False
@@ -41,38 +87,30 @@ class DilatedAttention(DilatedAttentionBase):
 
         branch_outs: list[torch.Tensor] = []
         branch_lses: list[torch.Tensor] = []
-        for bh in branch_heads(h, self.segment_lengths, self.dilation_rates, self.mode):
-            w, r = bh.segment_length, bh.dilation_rate
-            num_segments = math.ceil(n / w)
+        for _w, groups in self._indices(n, h, device):
             out_b = torch.zeros(b, n, h, d, dtype=cd, device=device)
             lse_b = torch.full((b, n, h), -math.inf, dtype=cd, device=device)
-            for offset, heads in bh.groups().items():
-                within = torch.arange(offset, w, r, device=device)  # kept offsets inside a segment
-                pos = torch.arange(num_segments, device=device)[:, None] * w + within  # (S, m)
-                valid = pos < n  # positions past the end are the padding
-                gather_pos = pos.clamp(max=n - 1)
-                head_idx = torch.tensor(heads, device=device)
+            for g in groups:
 
-                def take(x: torch.Tensor, gp: torch.Tensor = gather_pos, hi: torch.Tensor = head_idx):
+                def take(x: torch.Tensor, gp: torch.Tensor = g.gather_pos, hi: torch.Tensor = g.head_idx):
                     # (b, n, h, d) -> (b, S, m, hg, d) -> (b, S, hg, m, d)
                     return x[:, gp][:, :, :, hi].permute(0, 1, 3, 2, 4)
 
-                key_visible = valid[:, None, None, :]  # (S, 1, 1, m): padded keys never attended
                 out_g, lse_g = attention_with_lse(
                     take(q),
                     take(k),
                     take(v),
                     scale=scale,
-                    mask=key_visible,
+                    mask=g.key_visible,  # padded keys are never attended
                     causal=is_causal,
                     dropout_p=dropout_p,
                 )
-                # back to positions: (b, S, hg, m, ...) -> rows of valid positions only
-                out_g = out_g.permute(0, 1, 3, 2, 4)[:, valid]  # (b, V, hg, d)
-                lse_g = lse_g.permute(0, 1, 3, 2)[:, valid]  # (b, V, hg)
-                rows = pos[valid][:, None]
-                out_b[:, rows, head_idx] = out_g
-                lse_b[:, rows, head_idx] = lse_g
+                # back to positions: (b, S, hg, m, ...) -> (b, S*m, hg, ...) -> rows that exist
+                hg = g.head_idx.shape[0]
+                out_g = out_g.permute(0, 1, 3, 2, 4).reshape(b, -1, hg, d).index_select(1, g.valid_flat)
+                lse_g = lse_g.permute(0, 1, 3, 2).reshape(b, -1, hg).index_select(1, g.valid_flat)
+                out_b[:, g.rows, g.head_idx] = out_g
+                lse_b[:, g.rows, g.head_idx] = lse_g
             branch_outs.append(out_b)
             branch_lses.append(lse_b)
 
