@@ -19,7 +19,7 @@ API
 ``Side.of(rounds)``                              one side: sorted rounds, pooled samples, median
 ``oriented_ratio(base, head, direction)``        R (> 1 = worse); 0/0 = 1, x/0 = inf
 ``mann_whitney_worse(base, head, direction)``    one-sided p of "head worse than base"
-``mann_whitney_worse_many(pairs, directions)``   the same for many pairs, one vectorised call per shape
+``mann_whitney_worse_many(pairs, directions)``   the same for many pairs, one scipy call per shape
 ``bootstrap_ratio_ci(base_rounds, head_rounds, direction, ...)``  (low, high) of R
 ``bootstrap_ratio_cis(pairs, directions, ...)``  the same for many pairs, vectorised
 ``holm(pvalues)``                                Holm-adjusted p-values (family-wise error control)
@@ -34,10 +34,11 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy import special, stats
 
 Direction = Literal["lower", "higher"]
 FloatArray = NDArray[np.float64]
@@ -193,115 +194,17 @@ def oriented_ratio(base: float, head: float, direction: Direction) -> float:
 
 
 def _worse_alternative(direction: str) -> Literal["greater", "less"]:
-    """The ``alternative`` for "the first argument (head) is worse than the second (base)"."""
+    """scipy's ``alternative`` for "the first argument (head) is worse than the second (base)"."""
     _check_direction(direction)
     return "greater" if direction == "lower" else "less"
-
-
-# The rank test is computed here rather than by ``scipy.stats.mannwhitneyu``: importing
-# ``scipy.stats`` takes 0.5-0.7 s, a third of the 2 s ``perfguard check`` may add by itself
-# (docs/perf/check.md), while the test itself is a few lines of numpy.  The functions below give
-# scipy's numbers (its ``method="auto"`` with the continuity correction; tests/test_stats.py
-# compares them over exact and asymptotic cases, ties and both alternatives).
-
-
-def _average_ranks(xy: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Ranks from 1 along the last axis (ties share their mean rank); per row, sum(t^3 - t) over ties."""
-    order = np.argsort(xy, axis=-1, kind="stable")
-    s = np.take_along_axis(xy, order, axis=-1)
-    n = s.shape[-1]
-    index = np.broadcast_to(np.arange(n), s.shape)
-    starts = np.ones(s.shape, dtype=bool)
-    starts[..., 1:] = s[..., 1:] != s[..., :-1]
-    ends = np.ones(s.shape, dtype=bool)
-    ends[..., :-1] = starts[..., 1:]
-    first = np.maximum.accumulate(np.where(starts, index, 0), axis=-1)
-    last = np.flip(np.minimum.accumulate(np.flip(np.where(ends, index, n - 1), axis=-1), axis=-1), axis=-1)
-    ranks = np.empty(s.shape)
-    np.put_along_axis(ranks, order, (first + last) / 2.0 + 1.0, axis=-1)
-    sizes = np.where(starts, last - first + 1.0, 0.0)
-    return ranks, np.sum(sizes**3 - sizes, axis=-1)
-
-
-_SQRT1_2 = math.sqrt(0.5)
-
-
-def _normal_sf(z: FloatArray) -> FloatArray:
-    """1 - Phi(z), elementwise, to full double precision (math.erfc; NaN stays NaN)."""
-    flat = [0.5 * math.erfc(v * _SQRT1_2) for v in z.ravel().tolist()]
-    return np.asarray(flat, dtype=np.float64).reshape(z.shape)
-
-
-@lru_cache(maxsize=8)
-def _mwu_null_counts(n1: int, n2: int) -> FloatArray:
-    """Cumulative null distribution of U for sample sizes n1 <= n2, U = 0 .. n1*n2 // 2.
-
-    The frequencies come from the recurrence that ``scipy.stats._mannwhitneyu`` uses:
-    integers while they fit in uint64, floats beyond.
-    """
-    maxu = n1 * n2 // 2
-    sigma = np.zeros(maxu + 1, dtype=np.int64)
-    for d in range(1, n1 + 1):
-        sigma[d::d] += d
-    for d in range(n2 + 1, n2 + n1 + 1):
-        sigma[d::d] -= d
-    sigma = sigma[1:]
-    counts: NDArray[Any] = np.zeros(maxu + 1, dtype=np.uint64)
-    counts[0] = 1
-    as_int = True
-    uint_max = np.iinfo(np.uint64).max
-    for u in range(1, maxu + 1):
-        value = np.dot(counts[:u], sigma[u - 1 :: -1]) / u
-        if as_int and value > uint_max:
-            counts = counts.astype(np.float64)
-            as_int = False
-        counts[u] = value
-    return np.cumsum(counts / float(math.comb(n1 + n2, n1)))
-
-
-def _mwu_exact_sf(u: FloatArray, n1: int, n2: int) -> FloatArray:
-    """P(U >= u) under the null, exactly (no ties), by the symmetry of U's distribution."""
-    small, large = min(n1, n2), max(n1, n2)
-    cdf = _mwu_null_counts(small, large)
-    k = np.asarray(u, dtype=np.int64)
-    kc = n1 * n2 - k
-    lower = k < kc
-    kc = np.where(lower, k, kc)
-    pmf = np.diff(cdf, prepend=0.0)
-    return np.where(lower, 1.0 - cdf[kc] + pmf[kc], cdf[kc])
-
-
-def _mann_whitney_p(x: FloatArray, y: FloatArray, alternative: Literal["greater", "less"]) -> FloatArray:
-    """One-sided Mann-Whitney U p-values of each row of x against the same row of y (2-D inputs).
-
-    ``scipy.stats.mannwhitneyu(x, y, alternative=..., axis=-1).pvalue``: exact when a side has at
-    most 8 samples and no row has ties, else the normal approximation with tie and continuity
-    corrections.  A row with a NaN gives NaN.
-    """
-    n1, n2 = x.shape[-1], y.shape[-1]
-    ranks, tie_term = _average_ranks(np.concatenate([x, y], axis=-1))
-    u1 = ranks[..., :n1].sum(axis=-1) - n1 * (n1 + 1) / 2
-    u = u1 if alternative == "greater" else n1 * n2 - u1
-    if (n1 > 8 and n2 > 8) or bool(np.any(tie_term > 0)):
-        n = n1 + n2
-        s = np.sqrt(n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1))))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            z = (u - n1 * n2 / 2 - 0.5) / s
-        p = _normal_sf(z)
-    else:
-        p = _mwu_exact_sf(u, n1, n2)
-    p = np.clip(p, 0.0, 1.0)
-    bad = np.isnan(x).any(axis=-1) | np.isnan(y).any(axis=-1)
-    return np.where(bad, np.nan, p)
 
 
 def mann_whitney_worse(base: ArrayLike, head: ArrayLike, direction: Direction = "lower") -> float:
     """One-sided Mann-Whitney U p-value of "head is worse than base" (stochastically).
 
-    Gives :func:`scipy.stats.mannwhitneyu`'s p-value (exact for small samples without ties,
-    normal approximation with tie correction otherwise) without importing scipy.  Returns 1.0
-    when either side is empty or the test is undefined (all values identical): no evidence of a
-    change.
+    Uses :func:`scipy.stats.mannwhitneyu` (exact for small samples without ties, normal
+    approximation with tie correction otherwise).  Returns 1.0 when either side is empty or the
+    test is undefined (all values identical): no evidence of a change.
 
     Per-call samples are autocorrelated, so the p-value is anti-conservative (an A/A comparison
     of hundreds of samples reached p = 0.0015; gpu_timing.md §6.2): it is a *necessary* condition
@@ -311,19 +214,18 @@ def mann_whitney_worse(base: ArrayLike, head: ArrayLike, direction: Direction = 
     b = np.asarray(base, dtype=np.float64)
     if h.size == 0 or b.size == 0:
         return 1.0
-    alternative = _worse_alternative(direction)
-    p = float(_mann_whitney_p(h.ravel()[None, :], b.ravel()[None, :], alternative)[0])
+    p = float(stats.mannwhitneyu(h, b, alternative=_worse_alternative(direction)).pvalue)
     return p if math.isfinite(p) else 1.0
 
 
 def mann_whitney_worse_many(
     pairs: Sequence[tuple[FloatArray, FloatArray]], directions: Sequence[Direction] | Direction = "lower"
 ) -> FloatArray:
-    """:func:`mann_whitney_worse` for many (base, head) pairs, one vectorised call per shape.
+    """:func:`mann_whitney_worse` for many (base, head) pairs, one scipy call per shape.
 
-    Pairs with the same sample counts and direction (the usual case: a suite's benchmarks take the
-    same number of samples) are stacked and tested in one call, as ``scipy.stats.mannwhitneyu``
-    with ``axis=1`` would (the exact test is used for a stack only if no pair in it has ties).
+    ``scipy.stats.mannwhitneyu`` costs ~0.5 ms a call but vectorises along an axis, so pairs with
+    the same sample counts and direction (the usual case: a suite's benchmarks take the same
+    number of samples) are stacked and tested in one call.
     """
     n = len(pairs)
     dirs: list[Direction] = [directions] * n if isinstance(directions, str) else list(directions)
@@ -341,7 +243,7 @@ def mann_whitney_worse_many(
             continue
         bb = np.stack([np.asarray(pairs[i][0], dtype=np.float64) for i in idx])
         hh = np.stack([np.asarray(pairs[i][1], dtype=np.float64) for i in idx])
-        p = _mann_whitney_p(hh, bb, _worse_alternative(d))
+        p = stats.mannwhitneyu(hh, bb, alternative=_worse_alternative(d), axis=1).pvalue
         out[idx] = np.where(np.isfinite(p), p, 1.0)
     return out
 
@@ -411,8 +313,7 @@ def _compositions(k: int) -> tuple[NDArray[np.int64], FloatArray]:
         [np.bincount(combo, minlength=k) for combo in itertools.combinations_with_replacement(range(k), k)],
         dtype=np.int64,
     )
-    log_factorial = np.asarray([math.lgamma(i + 1) for i in range(k + 1)])
-    logw = log_factorial[k] - log_factorial[counts].sum(axis=1) - k * math.log(k)
+    logw = special.gammaln(k + 1) - special.gammaln(counts + 1).sum(axis=1) - k * math.log(k)
     w = np.exp(logw)
     return counts, w / w.sum()
 
