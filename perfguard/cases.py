@@ -25,17 +25,16 @@ from typing import Any
 import torch
 
 from perfguard import profiles
-
-#: Version of what the suites measure and how (the asv ``version`` of every suite benchmark).  Bump it
-#: when a change makes new numbers incomparable with old ones (the timer, the case's work): perfguard
-#: then re-measures stored baselines instead of comparing numbers taken by different rules.
-SUITE_VERSION = "1"
+from perfguard.profiles import SUITE_VERSION
 
 #: Longest sequence benchmarked on the CPU: beyond it, one call of the straightforward
 #: implementation takes minutes and the suite would never finish on a CI machine.
 CPU_MAX_SEQ_LEN = 16384
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+__all__ = ["SUITE_VERSION", "Case", "Unsupported", "build", "device_from_environment", "first_call"]
 
 
 class Unsupported(NotImplementedError):

@@ -176,31 +176,64 @@ def _nvml_facts(nv: Any, h: Any) -> dict[str, Any]:
     return facts
 
 
-def _software(gpus: list[dict[str, Any]] | None) -> dict[str, Any]:
-    import torch
+def _distribution_version(*names: str) -> str | None:
+    """The installed version of the first of ``names`` that is installed (no import)."""
+    from importlib import metadata
 
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def torch_build() -> dict[str, Any]:
+    """``torch.version`` (``__version__``, ``cuda``, ``hip``) read from its file, without importing torch.
+
+    Importing torch costs about a second (more for a CUDA build), and ``perfguard check`` with both
+    sides stored must stay within 2 s of its own work (docs/perf/check.md).
+    """
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    path = os.path.join(next(iter(spec.submodule_search_locations)), "version.py")
+    values: dict[str, Any] = {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+    except (OSError, SyntaxError):
+        return {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and node.value is not None:
+                    with contextlib.suppress(ValueError):
+                        values[target.id] = ast.literal_eval(node.value)
+    return values
+
+
+def _software(gpus: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """Versions of what the numbers depend on, read from package metadata (no torch import)."""
+    build = torch_build()
     software: dict[str, Any] = {
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": build.get("__version__") or _distribution_version("torch"),
         "perfguard": _perfguard_version(),
+        "numpy": _distribution_version("numpy"),
     }
     if gpus:
         software["driver"] = gpus[0].get("driver")
         software["cuda_driver"] = gpus[0].get("cuda_driver")
-        software["cuda_runtime"] = torch.version.cuda
-        try:
-            software["cudnn"] = torch.backends.cudnn.version()
-        except Exception:
-            software["cudnn"] = None
-        try:
-            import triton
-
-            software["triton"] = triton.__version__
-        except Exception:  # triton is optional
-            software["triton"] = None
-    import numpy
-
-    software["numpy"] = numpy.__version__
+        software["cuda_runtime"] = build.get("cuda")
+        software["cudnn"] = _distribution_version(
+            "nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-cudnn-cu11"
+        )
+        software["triton"] = _distribution_version("triton", "pytorch-triton")
     return software
 
 
@@ -247,7 +280,13 @@ def fingerprint(*, device: str = "auto") -> Fingerprint:
 
 
 def _torch_gpus() -> list[dict[str, Any]] | None:
-    """GPU facts through torch, for machines without NVML (initialises CUDA: a last resort)."""
+    """GPU facts through torch, for machines without NVML (initialises CUDA: a last resort).
+
+    A torch built without CUDA (or ROCm) cannot see a GPU: say so without importing it.
+    """
+    build = torch_build()
+    if build and not build.get("cuda") and not build.get("hip"):
+        return None
     import torch
 
     if not torch.cuda.is_available():

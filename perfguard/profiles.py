@@ -24,6 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+#: Version of what the suites measure and how (the asv ``version`` of every suite benchmark).  Bump it
+#: when a change makes new numbers incomparable with old ones (the timer, the case's work): perfguard
+#: then re-measures stored baselines instead of comparing numbers taken by different rules.  It lives
+#: here, in a module without heavy imports, because ``perfguard check`` reads it on every run.
+SUITE_VERSION = "1"
+
 #: Environment variables the asv suites read (set by perfguard for each asv invocation).
 PROFILE_ENV = "PERFGUARD_PROFILE"
 DEVICE_ENV = "PERFGUARD_DEVICE"

@@ -107,7 +107,7 @@ class Bench:
 
     def settings(self, round_: Round) -> dict[str, Any]:
         """What a run was measured under: suite version, selection, pinned timer settings."""
-        from perfguard.cases import SUITE_VERSION
+        from perfguard.profiles import SUITE_VERSION
 
         pinned: dict[str, Any] = {}
         for result in round_.results:
@@ -171,7 +171,7 @@ class Bench:
         selection or the same one; its results are narrowed to the current selection.  Returns
         one list of results per reusable run, oldest first ([] when there is none).
         """
-        from perfguard.cases import SUITE_VERSION
+        from perfguard.profiles import SUITE_VERSION
         from perfguard.store import MEASUREMENT_PURPOSES
 
         wanted = list(self.bench) or None
