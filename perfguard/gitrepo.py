@@ -142,8 +142,10 @@ def current_branch(root: Path) -> str | None:
 def work_tree(root: Path) -> WorkTree:
     """HEAD and the state of the work tree (tracked changes and untracked, not ignored, files)."""
     head = rev_parse(root, "HEAD", what="HEAD")
-    status = _text(root, "status", "--porcelain=v1", "--untracked-files=all", "-z")
-    entries = [e for e in status.split("\x00") if e]
+    raw = git(root, "status", "--porcelain=v1", "--untracked-files=all", "-z", binary=True)
+    assert isinstance(raw, bytes)
+    # not stripped: each entry starts with its two status columns, the first often a space
+    entries = [e for e in raw.decode(errors="replace").split("\x00") if e]
     if not entries:
         return WorkTree(head, None, ())
     changed = tuple(sorted({e[3:] for e in entries if len(e) > 3}))
