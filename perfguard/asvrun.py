@@ -110,6 +110,7 @@ class Round:
     command: list[str]
     log: str
     exit_code: int
+    bench: tuple[str, ...] = ()  # the round's --bench selection
 
     @property
     def counts(self) -> dict[str, int]:
@@ -277,7 +278,7 @@ class AsvRunner:
             bench=bench,
             log=log,
         )
-        return Round(results, started, finished, command, log, code)
+        return Round(results, started, finished, command, log, code, tuple(bench))
 
     def _execute(
         self,
@@ -663,6 +664,14 @@ def selection_regex(benchmark: str, params: Mapping[str, Any], order: Sequence[s
     names = [n for n in (order or []) if n in params] + [n for n in params if n not in (order or [])]
     combo = ", ".join(repr(params[n]) for n in names)
     return "^" + re.escape(f"{benchmark}({combo})") + "$"
+
+
+def suspect_selection(items: Iterable[Any], rounds: Iterable[Iterable[ResultRecord]]) -> list[str]:
+    """``--bench`` regexes that re-measure exactly ``items`` (anything with ``benchmark``, ``params``
+    and ``key``, e.g. compare's suspects), in the parameter order the ``rounds`` they came from record.
+    """
+    orders = {r.key: r.info.get("param_names") for results in rounds for r in results}
+    return [selection_regex(i.benchmark, i.params, orders.get(i.key)) for i in items]
 
 
 @dataclass

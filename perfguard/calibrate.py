@@ -59,8 +59,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from perfguard import stats
-from perfguard.asvrun import selection_regex
-from perfguard.compare import Measurement, SuiteComparison, Verdict, apply_retry, compare_suite
+from perfguard.asvrun import suspect_selection
+from perfguard.compare import SuiteComparison, Verdict, apply_retry, compare_suite, measurements_from_rounds
 from perfguard.config import Config
 from perfguard.errors import GitError
 from perfguard.gitrepo import git
@@ -536,15 +536,6 @@ def process_noise(rounds: Sequence[Sequence[ResultRecord]], config: Config) -> l
 # --------------------------------------------------------------------------------------------
 
 
-def measurements(rounds: Sequence[Sequence[ResultRecord]]) -> list[Measurement]:
-    """One :class:`Measurement` per benchmark x params from rounds of results (as ``check`` builds them)."""
-    by_key: dict[tuple[str, str], list[ResultRecord]] = {}
-    for results in rounds:
-        for result in results:
-            by_key.setdefault(result.key, []).append(result)
-    return [Measurement.from_results(group) for group in by_key.values()]
-
-
 def _round_values(rounds: Sequence[Sequence[ResultRecord]]) -> dict[tuple[str, str], list[float]]:
     """asv's view of a side: per benchmark x params, the number each round's asv run stored."""
     out: dict[tuple[str, str], list[float]] = {}
@@ -795,11 +786,10 @@ class Calibrator:
     ) -> Comparison:
         """Stage 1, then the suspects re-measured base and head interleaved, as ``perfguard check``."""
         with self.clock.phase(_VERDICTS):
-            first = compare_suite(measurements(base), measurements(head), self.config)
+            first = compare_suite(measurements_from_rounds(base), measurements_from_rounds(head), self.config)
         final = first
         if first.suspects and self.config.retry.enabled:
-            orders = {r.key: r.info.get("param_names") for results in head for r in results}
-            regexes = [selection_regex(i.benchmark, i.params, orders.get(i.key)) for i in first.suspects]
+            regexes = suspect_selection(first.suspects, head)
             n = self.config.retry.rounds
             names = ", ".join(
                 f"{i.impl} {i.benchmark.split('.', 1)[-1]} ({i.ratio:.2f}x)" for i in first.suspects[:4]
@@ -807,7 +797,12 @@ class Calibrator:
             self.say(f"{len(first.suspects)} suspect(s): {names}; re-measuring, interleaved, {n} rounds each")
             retry_base, retry_head = self._rounds([base_key, head_key], n, retry_phase, bench=regexes)
             with self.clock.phase(_VERDICTS):
-                final = apply_retry(first, measurements(retry_base), measurements(retry_head), self.config)
+                final = apply_retry(
+                    first,
+                    measurements_from_rounds(retry_base),
+                    measurements_from_rounds(retry_head),
+                    self.config,
+                )
         with self.clock.phase(_VERDICTS):
             outcomes, skipped = _outcomes(
                 first, final, base, head, factor=self.factor, asv=self.plan.asv, only=only

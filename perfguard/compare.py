@@ -33,6 +33,7 @@ API
 ``Verdict``                  regression improvement unchanged unstable new missing broken failed skipped
 ``Measurement``              one side of one benchmark x params (rounds of samples, status, unit, metric...)
 ``Measurement.from_results(rounds)``           -> Measurement from the store's results, one per round
+``measurements_from_rounds(rounds)``            -> [Measurement] from rounds of results (grouped by key)
 ``Item``                     one verdict; its fields are the ``check_items`` columns (``Item.as_row()``)
 ``compare_sides(base, head, config)``          -> Item (a family of one for the p-value adjustment)
 ``compare_suite(base, head, config, broken_impls)`` -> SuiteComparison (items, suspects, exit_code)
@@ -183,6 +184,19 @@ class Measurement:
         is broken, not noisy.  One that no round ran is ``skipped``.
         """
         return _from_results(results)
+
+
+def measurements_from_rounds(rounds: Iterable[Iterable[ResultLike]]) -> list[Measurement]:
+    """One :class:`Measurement` per benchmark x params from rounds of results (one list per round).
+
+    What ``perfguard check`` and ``perfguard calibrate`` compare: the store's rounds, or the
+    records of rounds just measured, grouped by ``(benchmark, params_key)`` in first-seen order.
+    """
+    by_key: dict[tuple[str, str], list[ResultLike]] = {}
+    for results in rounds:
+        for result in results:
+            by_key.setdefault((result.benchmark, result.params_key), []).append(result)
+    return [Measurement.from_results(group) for group in by_key.values()]
 
 
 class ResultLike(Protocol):

@@ -34,7 +34,7 @@ from perfguard.errors import PerfguardError, UsageError
 
 if TYPE_CHECKING:
     from perfguard.cli.measure import Bench, Side
-    from perfguard.compare import Measurement, SuiteComparison
+    from perfguard.compare import SuiteComparison
     from perfguard.store import ResultRecord, RunRecord
 
 _path = click.Path(dir_okay=False, path_type=Path)
@@ -250,23 +250,14 @@ def _with_purpose(run: RunRecord, purpose: str) -> RunRecord:
     return replace(run, purpose=purpose)
 
 
-def _measurements(rounds: list[list[Any]]) -> list[Measurement]:
-    """One :class:`Measurement` per benchmark x params from rounds of results."""
-    from perfguard.compare import Measurement
-
-    by_key: dict[tuple[str, str], list[Any]] = {}
-    for results in rounds:
-        for result in results:
-            by_key.setdefault((result.benchmark, result.params_key), []).append(result)
-    return [Measurement.from_results(group) for group in by_key.values()]
-
-
 def _compare(
     bench: Bench, base: list[list[Any]], head: list[list[Any]], broken: dict[str, list[str]]
 ) -> SuiteComparison:
-    from perfguard.compare import compare_suite
+    from perfguard.compare import compare_suite, measurements_from_rounds
 
-    return compare_suite(_measurements(base), _measurements(head), bench.config, broken_impls=broken)
+    return compare_suite(
+        measurements_from_rounds(base), measurements_from_rounds(head), bench.config, broken_impls=broken
+    )
 
 
 def _retry(
@@ -279,20 +270,16 @@ def _retry(
     broken: dict[str, list[str]],
 ) -> tuple[SuiteComparison, int]:
     """Stage 2: re-measure the suspects interleaved in fresh processes; (final comparison, count)."""
-    from perfguard.asvrun import selection_regex
+    from perfguard.asvrun import suspect_selection
     from perfguard.cli.measure import say
-    from perfguard.compare import apply_retry
+    from perfguard.compare import apply_retry, measurements_from_rounds
 
     if not first.suspects:
         return first, 0
     if not bench.config.retry.enabled:
         say(f"{len(first.suspects)} suspect(s); re-measurement is disabled ([tool.perfguard.retry])")
         return first, 0
-    orders = {}
-    for results in head_rounds:
-        for r in results:
-            orders[r.key] = r.info.get("param_names")
-    regexes = [selection_regex(item.benchmark, item.params, orders.get(item.key)) for item in first.suspects]
+    regexes = suspect_selection(first.suspects, head_rounds)
     names = ", ".join(
         f"{i.impl} {i.benchmark.split('.', 1)[-1]} ({i.ratio:.2f}x)" for i in first.suspects[:6]
     )
@@ -305,8 +292,8 @@ def _retry(
     runs = bench.measure([base, head], "retry", n, bench=regexes)
     for side, side_runs in zip((base, head), runs, strict=True):
         bench.store_runs(side, side_runs)
-    retry_base = _measurements([list(r.results) for r in runs[0]])
-    retry_head = _measurements([list(r.results) for r in runs[1]])
+    retry_base = measurements_from_rounds(r.results for r in runs[0])
+    retry_head = measurements_from_rounds(r.results for r in runs[1])
     return apply_retry(first, retry_base, retry_head, bench.config), len(first.suspects)
 
 

@@ -116,7 +116,7 @@ class Bench:
                 break
         return {
             "suite_version": SUITE_VERSION,
-            "bench": list(self.bench) or None,
+            "bench": list(round_.bench) or None,  # what this round selected (a retry: its suspects)
             "device": self.device,
             "timer": pinned,
         }
