@@ -318,9 +318,9 @@ class AsvRunner:
                 if total is None:
                     total = _selected_count(results_dir / "benchmarks.json", bench)
                 if self.on_progress is not None:
-                    latest = self._progress(run_dir, seen)
-                    if latest is not None:
-                        self.on_progress(Progress(len(seen), total, f"{label}{latest}"))
+                    before = len(seen)
+                    for n, line in enumerate(self._finished(run_dir, seen), start=before + 1):
+                        self.on_progress(Progress(n, total, f"{label}{line}"))  # each one (CI logs)
                 if deadline is not None and time.monotonic() > deadline:
                     proc.kill()
                     raise BenchmarkError(
@@ -333,14 +333,15 @@ class AsvRunner:
             raise
         reader.join()
         if self.on_progress is not None:
-            self._progress(run_dir, seen)
-            self.on_progress(Progress(len(seen), total, label.rstrip(": ")))
+            before = len(seen)
+            for n, line in enumerate(self._finished(run_dir, seen), start=before + 1):
+                self.on_progress(Progress(n, total, f"{label}{line}"))
         return "".join(lines), proc.returncode
 
     @staticmethod
-    def _progress(run_dir: Path, seen: set[str]) -> str | None:
-        """Names of newly finished combinations (from their sidecars); the last one, or None."""
-        latest = None
+    def _finished(run_dir: Path, seen: set[str]) -> list[str]:
+        """Every combination finished since the last call (from their sidecars), in finishing order."""
+        done = []
         for path in sorted(run_dir.glob("*.json"), key=lambda p: p.stat().st_mtime):
             if path.name in seen or path.name.startswith("group-"):  # the suite's group records
                 continue
@@ -348,10 +349,10 @@ class AsvRunner:
             try:
                 doc = json.loads(path.read_text())
                 params = ", ".join(str(v) for v in doc["params"].values())
-                latest = f"{doc['benchmark'].split('.', 1)[-1]}({params}) {_format_value(doc)}"
+                done.append(f"{doc['benchmark'].split('.', 1)[-1]}({params}) {_format_value(doc)}")
             except (OSError, ValueError, KeyError, AttributeError):
-                latest = path.name
-        return latest
+                done.append(path.name)
+        return done
 
 
 def _format_value(doc: Mapping[str, Any]) -> str:
