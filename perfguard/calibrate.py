@@ -156,7 +156,8 @@ _PLANTED_TEMPLATE = """
 # time.process_time, which sleeping does not use).  CUDA: torch.cuda._sleep, a kernel that spins
 # for a number of GPU clock cycles, so a CUDA-graph capture replays it.  The module's own time is
 # measured once, on its first forward call, which perfguard's timer never times: two warm calls,
-# then the median of five timed calls (process CPU time, or CUDA events).
+# then the median of five timed calls (process CPU time), or on CUDA the median of three timings of
+# ten calls queued behind a spin kernel (GPU time without launch gaps, as a graph replay runs).
 import statistics as _planted_statistics
 import time as _planted_time
 
@@ -175,6 +176,26 @@ def _planted_gpu_seconds(fn):
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / 1000.0
+
+
+def _planted_gpu_work_seconds(fn, calls=10):
+    # The module's GPU time without its launch gaps (what a CUDA-graph replay of it takes): the GPU
+    # is held by a spin kernel while the host queues `calls` calls, then events time them back to
+    # back.  Timing one eager call would count a launch-bound module's host gaps, and the plant
+    # would then be several times `fraction` of the replayed time that perfguard measures.
+    host = _planted_time.perf_counter()
+    fn()
+    _planted_torch.cuda.synchronize()
+    host = _planted_time.perf_counter() - host
+    _planted_torch.cuda._sleep(int(_planted_cycles_per_second() * (1.5 * calls * host + 0.01)))
+    start = _planted_torch.cuda.Event(enable_timing=True)
+    end = _planted_torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1000.0 / calls
 
 
 def _planted_cpu_seconds(fn):
@@ -203,10 +224,11 @@ def _planted_build(self, *args, **kwargs):
             cuda = any(t.is_cuda for t in tensors)
             if cuda and _planted_torch.cuda.is_current_stream_capturing():
                 return forward(*a, **k)  # never measured inside a capture (not reached: warm first)
-            timer = _planted_gpu_seconds if cuda else _planted_cpu_seconds
+            timer = _planted_gpu_work_seconds if cuda else _planted_cpu_seconds
             for _ in range(2):
                 forward(*a, **k)
-            own = _planted_statistics.median([timer(lambda: forward(*a, **k)) for _ in range(5)])
+            timings = [timer(lambda: forward(*a, **k)) for _ in range(3 if cuda else 5)]
+            own = _planted_statistics.median(timings)
             state["cuda"] = cuda
             state["own_s"] = own
             if cuda:
