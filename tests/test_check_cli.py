@@ -199,8 +199,9 @@ def main_flow(repo: Path, db: str, tmp_path: Path) -> None:
     assert gated_verdicts(document, "regression") == {"dilated"}, document["items"]
     improved = [i for i in document["items"] if i["impl"] == "improved" and i["gated"]]
     assert improved and all(i["verdict"] in ("unchanged", "unstable", "improvement") for i in improved)
-    regression = next(i for i in document["items"] if i["impl"] == "dilated" and i["verdict"] == "regression")
-    assert 1.6 < regression["ratio"] < 2.5 and regression["retried"], regression
+    regressions = [i for i in document["items"] if i["impl"] == "dilated" and i["verdict"] == "regression"]
+    regressions = [i for i in regressions if i["gated"]]  # reported metrics (tokens/s) are never retried
+    assert regressions and all(1.6 < i["ratio"] < 2.5 and i["retried"] for i in regressions), regressions
     assert "baseline" in slow.stderr and "using 3 stored round(s)" in slow.stderr  # main was reused
     assert "dilated" in slow.stdout and "regression" in slow.stdout
     assert "dilated" in (tmp_path / "double.md").read_text()
