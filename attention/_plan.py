@@ -96,8 +96,9 @@ def build_pieces(
     k_chunk: int,
     is_causal: bool,
     device: torch.device,
+    fuse: bool = True,
 ) -> list[Piece]:
-    """The pieces of one (query chunk, key chunk) pair (module docstring)."""
+    """The pieces of one (query chunk, key chunk) pair (module docstring), fused by :func:`coalesce`."""
     qa0, qa1 = bounds[q_chunk]
     kc0, kc1 = bounds[k_chunk]
     if qa0 >= qa1 or kc0 >= kc1:
@@ -140,7 +141,39 @@ def build_pieces(
                 q_flat = ((q_pos[None, :] - qa0) * h + g[:, None])[None]  # (1, hg, mq)
                 k_flat = ((k_pos[None, :] - kc0) * h + g[:, None])[None]
                 pieces.append(Piece(bh.branch, q_chunk, k_chunk, q_flat, k_flat, is_causal and same))
-    return pieces
+    return coalesce(pieces) if fuse else pieces
+
+
+def coalesce(pieces: Sequence[Piece]) -> list[Piece]:
+    """Pieces of one branch with the same query/key lengths and mask, fused into one piece.
+
+    Inside one branch the pieces of a chunk pair touch disjoint query rows (different segments or
+    offset groups), and the segments and heads of a piece are independent attentions, so they can
+    share one kernel call as ``(1, Σ P·heads, m)``.  A ring whose chunks are shorter than the
+    segments otherwise runs one piece per segment, offset group and chunk pair (336 per call for
+    the ``ring`` benchmark at 1K tokens with ``ring_size=8``), each a dozen launches.  Pieces of
+    different branches are never fused: they overlap in rows (every head is in every branch in
+    ``longnet`` mode) and must be merged by log-sum-exp.  Only boundary pieces (one segment each)
+    are fused; an interior piece keeps its ``(segments, heads, m)`` layout, the one measured on
+    GPUs (docs/perf/attention.md), and a piece alone in its group is kept as is.
+    """
+    groups: dict[tuple[int, int, int, bool], list[Piece]] = {}
+    out = []
+    for piece in pieces:
+        if piece.batch_groups > 1:  # an interior piece: its segments already share one call
+            out.append(piece)
+            continue
+        key = (piece.branch, piece.q_index.shape[2], piece.k_index.shape[2], piece.causal)
+        groups.setdefault(key, []).append(piece)
+    for (_, mq, mk, _), group in groups.items():
+        first = group[0]
+        if len(group) == 1:
+            out.append(first)
+            continue
+        q_index = torch.cat([p.q_index.reshape(-1, mq) for p in group])[None]
+        k_index = torch.cat([p.k_index.reshape(-1, mk) for p in group])[None]
+        out.append(Piece(first.branch, first.q_chunk, first.k_chunk, q_index, k_index, first.causal))
+    return out
 
 
 def hilbert_curve(side: int) -> list[tuple[int, int]]:
