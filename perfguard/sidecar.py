@@ -21,10 +21,11 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from perfguard.files import write_atomic
 
 RUN_DIR_ENV = "PERFGUARD_RUN_DIR"
 
@@ -71,12 +72,7 @@ def write(
         "method": method,
         "info": _clean(dict(info)),
     }
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".sidecar-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(_clean(document), fh)
-    os.replace(tmp, target)
-    return target
+    return write_atomic(target, json.dumps(_clean(document)))
 
 
 def read(run_dir: Path, benchmark: str, params: Mapping[str, Any]) -> dict[str, Any] | None:

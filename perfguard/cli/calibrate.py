@@ -16,7 +16,6 @@ errors (a dirty work tree, bad ``--planted``, asv missing for ``--asv``).
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
@@ -28,6 +27,7 @@ import click
 
 from perfguard.cli.options import bench_option, profile_option, rounds_option
 from perfguard.errors import UsageError
+from perfguard.files import write_atomic
 
 if TYPE_CHECKING:
     from perfguard.calibrate import Calibration, PlantedCommit, TableData
@@ -323,9 +323,5 @@ def _write(calibration: Calibration, json_path: Path | None, markdown_path: Path
     ):
         if path is None:
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(render())
-        os.replace(tmp, path)
+        write_atomic(path, render())
         say(f"wrote {path}")

@@ -22,7 +22,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +30,7 @@ import click
 
 from perfguard.cli.options import bench_option, db_option, profile_option, rounds_option
 from perfguard.errors import PerfguardError, UsageError
+from perfguard.files import write_atomic
 
 if TYPE_CHECKING:
     from perfguard.cli.measure import Bench, Side
@@ -408,9 +408,5 @@ def _write_reports(
     ):
         if path is None:
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(render())
-        os.replace(tmp, path)
+        write_atomic(path, render())
         say(f"wrote {path}")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from perfguard.cli.options import db_option
+from perfguard.files import write_atomic
 
 if TYPE_CHECKING:
     from perfguard.store import Series, SeriesPoint, Store
@@ -122,7 +123,7 @@ def _write_json(json_path: Path, where: str, found: list[Series]) -> None:
     if str(json_path) == "-":
         click.echo(text, nl=False)
     else:
-        json_path.write_text(text)
+        write_atomic(json_path, text)
 
 
 def _series_json(series: Series) -> dict[str, Any]:

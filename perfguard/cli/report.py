@@ -10,6 +10,7 @@ import click
 
 from perfguard.cli.options import db_option
 from perfguard.errors import UsageError
+from perfguard.files import write_atomic
 
 _file = click.Path(dir_okay=False, path_type=Path, allow_dash=True)
 
@@ -18,8 +19,7 @@ def _write(path: Path, text: str) -> None:
     if str(path) == "-":
         click.echo(text, nl=not text.endswith("\n"))
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    write_atomic(path, text)
     click.echo(f"wrote {path}", err=True)
 
 

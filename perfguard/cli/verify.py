@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from perfguard.errors import EXIT_FAILED, EXIT_OK, UsageError
+from perfguard.files import write_atomic
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -100,10 +101,7 @@ def verify(
     report.setup_seconds = {"imports": imports, **report.setup_seconds}
     render(report, console)
     if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(
-            json.dumps(report.to_json(), indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8"
-        )
+        write_atomic(json_path, json.dumps(report.to_json(), indent=2, allow_nan=False, default=str) + "\n")
         console.print(f"wrote {json_path}", style="dim")
     ctx.exit(EXIT_OK if report.passed else EXIT_FAILED)
 
