@@ -27,9 +27,9 @@ What is measured (:class:`Calibrator`):
    (on CUDA: the time the GPU was held by benchmark processes).
 
 Data flow: the CLI (``perfguard/cli/calibrate.py``) owns the measuring (a :class:`Measurer` over
-``perfguard.cli.measure.Bench``, storing every round with purpose ``calibrate``) and hands this
+``perfguard.measuring.Bench``, storing every round with purpose ``calibrate``) and hands this
 module the rounds; this module decides what to measure and turns rounds into verdicts and a
-report.  It reads ``asvrun`` (selection regexes), ``compare``/``stats``/``config`` (the rule) and
+report.  It reads ``rounds`` (selection regexes), ``compare``/``stats``/``config`` (the rule) and
 ``gitrepo`` (the planted clones), never the CLI (docs/design.md, module map).
 
 API
@@ -59,7 +59,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from perfguard import stats
-from perfguard.asvrun import suspect_selection
+from perfguard.rounds import suspect_selection
 from perfguard.compare import SuiteComparison, Verdict, apply_retry, compare_suite, measurements_from_rounds
 from perfguard.config import Config
 from perfguard.errors import GitError

@@ -87,8 +87,10 @@ FAILING_VERDICTS = frozenset({Verdict.REGRESSION, Verdict.BROKEN, Verdict.FAILED
 #: The benchmark name of the item that stands for a broken implementation with no benchmark.
 VERIFY_BENCHMARK = "perfguard verify"
 STATUSES = ("ok", "failed", "skipped")
-#: Metrics whose value is deterministic (no statistics: a rise over threshold and floor fails).
-DETERMINISTIC_METRICS = frozenset({"memory"})
+#: Metrics whose value is deterministic (no statistics: a rise over the threshold fails; memory
+#: also needs a rise over its byte floor).  The work metrics count what one call does.
+WORK_METRICS = frozenset({"flops", "ops", "kernels", "allocated"})
+DETERMINISTIC_METRICS = frozenset({"memory"}) | WORK_METRICS
 #: Metrics that are reported, not gated, unless an override says ``gate = true``.
 REPORTED_METRICS = frozenset({"throughput", "efficiency"})
 
@@ -100,11 +102,20 @@ _LABELS = {
     "Throughput.track_tokens_per_second": "throughput",
     "Throughput.track_tflops": "TFLOP/s",
 }
+for _pass, _words in (("forward", "forward"), ("forward_backward", "forward+backward")):
+    _LABELS[f"Work.track_{_pass}_flops"] = f"{_words} FLOPs"
+    _LABELS[f"Work.track_{_pass}_ops"] = f"{_words} aten ops"
+    _LABELS[f"Work.track_{_pass}_kernels"] = f"{_words} CUDA kernels"
+    _LABELS[f"Work.track_{_pass}_allocated"] = f"{_words} bytes allocated"
 _WORDS = {  # metric -> (worse, better) after "N.NN×"
     "time": ("slower", "faster"),
     "memory": ("more memory", "less memory"),
     "throughput": ("lower", "higher"),
     "efficiency": ("lower", "higher"),
+    "flops": ("more FLOPs", "fewer FLOPs"),
+    "ops": ("more ops", "fewer ops"),
+    "kernels": ("more kernels", "fewer kernels"),
+    "allocated": ("more allocated", "less allocated"),
 }
 
 
@@ -605,6 +616,36 @@ def _decide_memory(pair: _Pair, config: Config) -> tuple[Verdict, str]:
     return Verdict.UNCHANGED, f"{change}, within threshold {hi:.2f}"
 
 
+def _decide_work(pair: _Pair) -> tuple[Verdict, str]:
+    """Deterministic rule for a work count: worse by more than the threshold is a regression.
+
+    The counts of one call repeat exactly (same code, software and shapes), so no statistics and
+    no floor: an exact repeat is ratio 1.000, and 40 -> 140 kernels is 3.50x whatever the machine did.
+    """
+    t = pair.rule.threshold
+    hi = 1.0 + t
+    b, h = pair.base.side.median, pair.head.side.median
+    label = describe(pair.head.benchmark, pair.head.metric)
+    r = pair.ratio
+    if b == h:
+        return Verdict.UNCHANGED, f"{label} {_fmt_count(h)} in both (ratio 1.000)"
+    ratio_text = "from 0" if math.isinf(r) else f"{r:.3f}×"
+    change = f"{label} {_fmt_count(b)} → {_fmt_count(h)} ({ratio_text})"
+    if r > hi:
+        return Verdict.REGRESSION, f"{change}, over threshold {hi:.2f}"
+    if r < 1 / hi:
+        return Verdict.IMPROVEMENT, f"{change}, beyond threshold {hi:.2f}"
+    return Verdict.UNCHANGED, f"{change}, within threshold {hi:.2f}"
+
+
+def _fmt_count(value: float) -> str:
+    if abs(value) >= 1e9:
+        return f"{value / 1e9:.3g}G"
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:.3g}M"
+    return f"{value:,.0f}"
+
+
 def _pair_item(pair: _Pair, verdict: Verdict, reason: str, hl: float | None) -> Item:
     base, head = pair.base, pair.head
     deterministic = head.metric in DETERMINISTIC_METRICS
@@ -675,7 +716,9 @@ def _compare_pairs(pairs: list[_Pair], config: Config) -> list[Item]:
     items = []
     for p in pairs:
         hl: float | None = None
-        if p.head.metric in DETERMINISTIC_METRICS:
+        if p.head.metric in WORK_METRICS:
+            verdict, reason = _decide_work(p)
+        elif p.head.metric in DETERMINISTIC_METRICS:
             verdict, reason = _decide_memory(p, config)
         else:
             p_better = 1.0

@@ -42,12 +42,15 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 MiB = 1024 * 1024
 
 #: Metrics the asv suites produce (docs/design.md, "asv suites").
-METRICS = ("time", "memory", "throughput", "efficiency")
+METRICS = ("time", "memory", "throughput", "efficiency", "flops", "ops", "kernels", "allocated")
+#: The work metrics: deterministic counts of one call, gated with ``work_threshold``.
+WORK_METRICS = ("flops", "ops", "kernels", "allocated")
 
 _TOP_KEYS = {
     "threshold",
     "memory_threshold",
     "memory_floor_bytes",
+    "work_threshold",
     "alpha",
     "confidence",
     "max_iqr_ratio",
@@ -135,6 +138,7 @@ class Config:
     threshold: float = 0.20
     memory_threshold: float | None = None  # None: the same as threshold
     memory_floor_bytes: int = 64 * MiB
+    work_threshold: float | None = None  # None: the same as threshold
     alpha: float = 0.01
     confidence: float = 0.95
     max_iqr_ratio: float = 0.10
@@ -152,6 +156,10 @@ class Config:
     def effective_memory_threshold(self) -> float:
         return self.threshold if self.memory_threshold is None else self.memory_threshold
 
+    @property
+    def effective_work_threshold(self) -> float:
+        return self.threshold if self.work_threshold is None else self.work_threshold
+
     def with_threshold(self, threshold: float | None) -> Config:
         """The configuration with the CLI's ``--threshold`` as the global threshold (None: unchanged)."""
         if threshold is None:
@@ -167,6 +175,9 @@ class Config:
         if metric == "memory":
             threshold = self.effective_memory_threshold
             source = "memory_threshold" if self.memory_threshold is not None else self.threshold_source
+        elif metric in WORK_METRICS:
+            threshold = self.effective_work_threshold
+            source = "work_threshold" if self.work_threshold is not None else self.threshold_source
         else:
             threshold = self.threshold
             source = self.threshold_source
@@ -194,6 +205,7 @@ class Config:
             "threshold_source": self.threshold_source,
             "memory_threshold": self.effective_memory_threshold,
             "memory_floor_bytes": self.memory_floor_bytes,
+            "work_threshold": self.effective_work_threshold,
             "alpha": self.alpha,
             "confidence": self.confidence,
             "max_iqr_ratio": self.max_iqr_ratio,
@@ -261,6 +273,8 @@ def parse_config(table: Mapping[str, Any], *, source: str = "[tool.perfguard]") 
         kw["memory_threshold"] = _fraction("memory_threshold", table["memory_threshold"], source)
     if "memory_floor_bytes" in table:
         kw["memory_floor_bytes"] = _bytes("memory_floor_bytes", table["memory_floor_bytes"], source)
+    if "work_threshold" in table:
+        kw["work_threshold"] = _fraction("work_threshold", table["work_threshold"], source)
     if "alpha" in table:
         kw["alpha"] = _number("alpha", table["alpha"], source, lo=0.0, hi=0.5, what="in (0, 0.5]")
     if "confidence" in table:

@@ -1,7 +1,7 @@
 """Writing output files whole or not at all.
 
-Reports, verdict JSON and sidecars are read by other programs (a CI step posting the Markdown, a
-benchmark process polling for its sidecar, a user's script); a file that a killed run left
+Reports and verdict JSON are read by other programs (a CI step posting the Markdown, a web server
+serving the report, a user's script); a file that a killed run left
 half-written would be read as truncated data.  Writing to a temporary file in the same directory
 and renaming it over the target is atomic on POSIX, so readers see the old file or the new one.
 """

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -53,33 +52,6 @@ class Fingerprint:
             "hardware": dict(self.hardware),
             "metadata": dict(self.metadata),
         }
-
-    def asv_name(self) -> str:
-        """A machine name for asv (``--machine``): the key as a file-system-safe slug."""
-        return "perfguard-" + slug(self.key)
-
-    def asv_entry(self) -> dict[str, str]:
-        """The ``~/.asv-machine.json`` entry: asv's fields plus GPU and software keys (asv.md §2.6)."""
-        hw = self.hardware
-        entry = {
-            "machine": self.asv_name(),
-            "os": f"{platform.system()} {platform.release()}",
-            "arch": platform.machine(),
-            "cpu": str(hw.get("cpu_model") or platform.processor() or "unknown"),
-            "num_cpu": str(hw.get("cpu_count") or os.cpu_count() or 0),
-            "ram": str(hw.get("ram_bytes") or ""),
-        }
-        if self.has_cuda:
-            entry["gpu"] = f"{hw.get('gpu_name')} x{hw.get('gpu_count')}"
-        for name in ("driver", "cuda_runtime", "torch"):
-            if self.software.get(name):
-                entry[name] = str(self.software[name])
-        return entry
-
-
-def slug(text: str) -> str:
-    """Lower-case letters, digits and single dashes (``NVIDIA H100 x1`` -> ``nvidia-h100-x1``)."""
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "machine"
 
 
 def cpu_model() -> str:

@@ -1,34 +1,39 @@
-"""The timer the asv suites call: the most stable number we can get for each benchmark.
+"""The timer the asv suites call: the most stable number we can get for each benchmark, at the
+cost the measuring needs.
 
-GPU work is asynchronous and the host adds noise, so on CUDA (``research/gpu_timing.md`` §0, §9–§11):
+GPU work is asynchronous and the host adds noise, so on CUDA (``research/gpu_timing.md`` §0, §9-§11,
+``docs/perf/check.md`` for the measurements behind every number here):
 
-- **warm-up by time**, at least ``warmup_s`` (1 s) and 5 calls of back-to-back work, so clocks,
-  power and lazy module loading reach their steady state before anything is kept (the first call
-  is JIT / autotune and is never timed).  When the same process finished timing other GPU work
-  less than a second earlier (the suite measures an implementation's sequence lengths one after
-  another), the GPU is still at that steady state and ``rewarm_s`` (0.3 s) is enough; the warm-up
-  actually done is recorded with every result;
+- **CUDA-graph replay** of the call wherever it can be captured (:func:`capture`): eager timing
+  of launch-bound code varies 10-140% between processes, a replay ~0.1-0.4%.  One eager call on
+  the capture's side stream is timed with events and kept as information (``info.eager_s``); a
+  call that cannot be captured (a host sync, a CPU tensor copied in) is timed eagerly
+  (``method = "cuda-events"``) and the capture error is recorded.  The graph is kept
+  (``keep_graph``) so that :mod:`perfguard.work` can count its kernels at no extra cost;
+- **warm-up as long as the GPU needs**: ``warmup_s`` (0.3 s) of replays when the GPU was idle
+  (the first timing of a process, or more than ``idle_gap_s`` since the last one: clocks and power
+  settle within ~0.1 s of heavy work on an H100), else ``rewarm_s`` (20 ms, at least two calls):
+  the GPU is still at the steady state the previous benchmark left it in;
 - **L2 flush before every sample**, outside the timed region (``zero_()`` of an int32 buffer of
-  max(256 MiB, 2 × L2));
-- **CUDA events** around each call;
-- **CUDA-graph replay** of the call wherever it can be captured: eager timing of launch-bound code
-  varies 10–140% between processes, a graph replay ~1%.  The eager median is kept as
-  information (``info.eager_median``) and the gated samples are the replays (``method =
-  "cuda-graph"``).  A call that cannot be captured (a host sync, a CPU tensor copied in) is timed
-  eagerly (``method = "cuda-events"``) and the capture error is recorded;
+  max(256 MiB, 2 x L2)), and **CUDA events** around each call;
+- **sampling until the median is known precisely enough** (what NVBench's stdrel criterion does
+  for the mean): batches of ~10 ms of work until the 95% distribution-free interval of the median
+  is within ±``precision`` (0.2%) of it, with at least ``min_samples`` (10) samples and at most
+  ``max_sample_s`` (0.3 s) of sampled work or ``max_samples``; why it stopped is recorded;
 - **NVML per round**: SM clock, power, temperature and clock-event reasons read while the samples
   run (no sync: NVML answers while the queued work executes);
 - the **same number of calls on every rank** when ``torch.distributed`` is initialised (time-based
-  counts would differ between ranks and deadlock a collective): counts are agreed by all-reduce.
+  counts would differ between ranks and deadlock a collective): counts and stop decisions are
+  agreed by all-reduce, and nothing is captured.
 
 On the CPU the per-call samples are **process CPU time** (``time.process_time``) with torch pinned
 to one intra-op thread (``method = "cpu-time"``): a shared 2-core CI machine steals wall time from
 a benchmark, not CPU time, so CPU time is the number that stays put when the machine is busy; the
 wall-clock median is kept as information.
 
-Peak memory (:func:`peak_memory`) is measured in its own pass: ``max_memory_allocated()`` minus the
-allocation before the call, after one warm call (the first may allocate autotune workspaces), twice
-to show it is deterministic.
+Peak memory (:func:`peak_memory`) is measured in its own eager calls, before capture:
+``max_memory_allocated()`` minus the allocation before the call, twice, to show it is
+deterministic.
 
 The settings that change kernels or numbers (TF32, cuDNN benchmark mode, SDPA backends, matmul
 precision, threads) are pinned by :func:`pin_settings` and returned for the record.
@@ -55,16 +60,18 @@ THROTTLE_BITS = {0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x8
 
 @dataclass(frozen=True)
 class TimerSettings:
-    """How long to warm up and how many samples to take (seconds are of measured work)."""
+    """How long to warm up and when to stop sampling (seconds are of measured work)."""
 
-    warmup_s: float
-    rewarm_s: float  # warm-up when this process timed GPU work less than a second ago
+    warmup_s: float  # warm-up when the GPU was idle (first timing, or > idle_gap_s since the last)
+    rewarm_s: float  # warm-up right after other timed work
+    idle_gap_s: float
     min_warmup_calls: int
     min_samples: int
     max_samples: int
-    min_time_s: float
-    max_time_s: float
-    eager_samples: int  # CUDA only: eager samples kept as information next to the graph replays
+    precision: float  # stop when the 95% interval of the median is within ± this fraction of it
+    min_sample_s: float  # CPU: at least this much sampled work (the CPU's samples are noisier)
+    max_sample_s: float  # at most this much sampled work
+    max_wall_s: float  # and at most this much wall time of sampling
 
     @classmethod
     def for_device(cls, device: str) -> TimerSettings:
@@ -73,14 +80,17 @@ class TimerSettings:
         return CPU_SETTINGS
 
 
+# On an H100 this stopped on "precise" for all 12 probed cases, 10-200 samples, 0.14-0.9 s per
+# number including the first call, process CV 0.03-0.41% (docs/perf/check.md, "The timer").
 CUDA_SETTINGS = TimerSettings(
-    warmup_s=1.0, rewarm_s=0.3, min_warmup_calls=5, min_samples=30, max_samples=300, min_time_s=0.4,
-    max_time_s=5.0, eager_samples=10,
+    warmup_s=0.3, rewarm_s=0.02, idle_gap_s=1.0, min_warmup_calls=2, min_samples=10, max_samples=3000,
+    precision=0.002, min_sample_s=0.0, max_sample_s=0.3, max_wall_s=3.0,
 )  # fmt: skip
-# The CPU is the smoke-test device (CI has no GPU): short warm-up, enough samples for the rank test.
+# The CPU is the smoke-test device (CI has no GPU): short warm-up, enough samples for the rank test,
+# a fixed amount of work (its process CPU time is far noisier than a GPU's replay).
 CPU_SETTINGS = TimerSettings(
-    warmup_s=0.2, rewarm_s=0.2, min_warmup_calls=2, min_samples=12, max_samples=200, min_time_s=0.4,
-    max_time_s=3.0, eager_samples=0,
+    warmup_s=0.2, rewarm_s=0.2, idle_gap_s=1.0, min_warmup_calls=2, min_samples=12, max_samples=200,
+    precision=0.0, min_sample_s=0.4, max_sample_s=3.0, max_wall_s=30.0,
 )  # fmt: skip
 
 
@@ -103,6 +113,16 @@ class Memory:
 
     peak_bytes: int
     info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Captured:
+    """A call captured as a CUDA graph (or why not), and one eager call's time for the record."""
+
+    graph: Any  # torch.cuda.CUDAGraph | None
+    error: str | None
+    eager_s: float | None
+    host_s: float | None  # host time of that eager call (launch-bound code shows here)
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,12 +255,27 @@ def _agree(value: float, op: str = "max") -> float:
 
 
 def _sample_count(per_call_s: float, s: TimerSettings) -> int:
-    """Samples for one round: enough for ``min_time_s`` of work, within the settings' bounds."""
+    """CPU samples for one round: enough for ``min_sample_s`` of work, within the settings' bounds."""
     if per_call_s <= 0 or not math.isfinite(per_call_s):
         return s.max_samples
-    wanted = math.ceil(s.min_time_s / per_call_s)
-    capped = math.floor(s.max_time_s / per_call_s)
+    wanted = math.ceil(s.min_sample_s / per_call_s)
+    capped = math.floor(s.max_sample_s / per_call_s)
     return int(max(s.min_samples, min(s.max_samples, wanted, max(capped, s.min_samples))))
+
+
+def median_interval(samples: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(median, low, high): the distribution-free interval of the median from order statistics.
+
+    With ``n`` samples the ranks ``n/2 ± z·sqrt(n)/2`` (normal approximation of the binomial)
+    bound the median with the given confidence, whatever the distribution.
+    """
+    ordered = sorted(samples)
+    n = len(ordered)
+    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    half = z * math.sqrt(n) / 2
+    lo = max(0, math.floor(n / 2 - half))
+    hi = min(n - 1, math.ceil(n / 2 + half))
+    return statistics.median(ordered), ordered[lo], ordered[hi]
 
 
 @contextmanager
@@ -262,7 +297,6 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _time_cpu(fn: Callable[[], Any], s: TimerSettings) -> Timing:
-    fn()  # first call: lazy initialisation, never timed
     started = time.perf_counter()
     calls = 0
     while _agree(float(calls < s.min_warmup_calls or time.perf_counter() - started < s.warmup_s)) > 0:
@@ -270,7 +304,7 @@ def _time_cpu(fn: Callable[[], Any], s: TimerSettings) -> Timing:
         calls += 1
     warm_wall = time.perf_counter() - started
     per_call = _agree(warm_wall / max(calls, 1))
-    n = _sample_count(per_call, s)
+    n = int(_agree(_sample_count(per_call, s), "min"))
     samples: list[float] = []
     walls: list[float] = []
     with _gc_paused():
@@ -322,94 +356,111 @@ def _event_samples(run: Callable[[], Any], n: int, nvml: _Nvml | None) -> list[f
     """``n`` samples of ``run`` (seconds), each after an L2 flush outside the timed events."""
     flush = _flush_buffer()
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-    every = max(1, n // 8)
-    with _gc_paused():
-        for i, (start, end) in enumerate(pairs):
-            flush.zero_()
-            start.record()
-            run()
-            end.record()
-            if nvml is not None and i % every == every // 2:
-                nvml.read()  # reads while the queued work runs (no sync)
-        torch.cuda.synchronize()
+    for start, end in pairs:
+        flush.zero_()
+        start.record()
+        run()
+        end.record()
+    if nvml is not None:
+        nvml.read()  # reads while the queued work runs (no sync)
+    torch.cuda.synchronize()
     return [start.elapsed_time(end) / 1000.0 for start, end in pairs]
 
 
-def _capture(fn: Callable[[], Any]) -> tuple[torch.cuda.CUDAGraph | None, str | None]:
-    """A CUDA graph of one call of ``fn``, or (None, why not)."""
+def capture(fn: Callable[[], Any]) -> Captured:
+    """One eager call of ``fn`` on a side stream (timed), then ``fn`` captured as a CUDA graph.
+
+    The side-stream call is what ``torch.cuda.graphs`` recommends before capturing (lazy
+    initialisation happens outside the capture); its time is kept for the record.  Any capture
+    failure means "time it eagerly": the error is returned, never raised.  Under
+    ``torch.distributed`` nothing is captured (collectives).
+    """
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    host0 = time.perf_counter()
+    with torch.cuda.stream(side):
+        start.record()
+        fn()
+        end.record()
+    host_s = time.perf_counter() - host0
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    eager_s = start.elapsed_time(end) / 1000.0
+    if _distributed():
+        return Captured(None, "not captured under torch.distributed", eager_s, host_s)
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):  # warm the side stream as torch.cuda.graphs recommends
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
+        try:
+            graph = torch.cuda.CUDAGraph(keep_graph=True)
+        except TypeError:  # a torch without keep_graph: kernels are then counted by the profiler
+            graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             fn()
-        torch.cuda.synchronize()
         graph.replay()
         torch.cuda.synchronize()
-        return graph, None
+        return Captured(graph, None, eager_s, host_s)
     except Exception as exc:  # any capture failure means "time it eagerly"
-        torch.cuda.synchronize()
-        # A failed capture can leave the stream in capture mode's error state; a sync clears it.
-        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        torch.cuda.synchronize()  # a failed capture can leave the stream in an error state
+        text = str(exc).splitlines()[0][:300] if str(exc) else ""
+        return Captured(None, f"{type(exc).__name__}: {text}", eager_s, host_s)
 
 
-def _time_cuda(fn: Callable[[], Any], s: TimerSettings, *, graph: bool) -> Timing:
+def _time_cuda(run: Callable[[], Any], s: TimerSettings, method: str, info: dict[str, Any]) -> Timing:
+    """Warm-up as long as the GPU needs, then batches of flushed samples until the median is known."""
     global _LAST_TIMED
-    fn()  # first call: module load, JIT, autotune; never timed
-    torch.cuda.synchronize()
-    # Warm-up by time, in blocks of calls, until the clocks and power settle: the full warm-up
-    # unless this process kept the GPU busy with timed work until less than a second ago.
     since = None if _LAST_TIMED is None else time.perf_counter() - _LAST_TIMED
-    warmup = s.rewarm_s if since is not None and since < 1.0 else s.warmup_s
+    idle = since is None or since > s.idle_gap_s
+    target = s.warmup_s if idle else s.rewarm_s
     started = time.perf_counter()
-    calls = 0
-    while _agree(float(calls < s.min_warmup_calls or time.perf_counter() - started < warmup)) > 0:
-        for _ in range(max(1, min(10, s.min_warmup_calls))):
-            fn()
-            calls += 1
-        torch.cuda.synchronize()
+    probe = _event_samples(run, 1, None)[0]  # one timed call sizes the warm-up and the batches
+    per_call = _agree(max(probe, 1e-6))
+    warm_calls = int(_agree(max(s.min_warmup_calls, math.ceil(target / per_call)), "max"))
+    for _ in range(warm_calls):
+        run()
+    torch.cuda.synchronize()
     warm_wall = time.perf_counter() - started
-    per_call_wall = warm_wall / max(calls, 1)
-
     nvml = _Nvml()
-    # Eager samples are information only: at most ~1 s of them (host-bound code is slow to enqueue).
-    n_eager = int(_agree(max(3, min(s.eager_samples, int(1.0 / max(per_call_wall, 1e-6)))), "min"))
-    eager = _event_samples(fn, n_eager, None)
-    eager_median = statistics.median(eager)
-    info: dict[str, Any] = {
-        "warmup_s": warm_wall,
-        "warmup_target_s": warmup,
-        "warmup_calls": calls,
-        "host_s_per_call": per_call_wall,
-        "eager_median": eager_median,
-        "eager_samples": len(eager),
-    }
-    replay: Callable[[], Any] | None = None
-    if graph and not _distributed():
-        g, why = _capture(fn)
-        if g is not None:
-            replay = g.replay
-        else:
-            info["graph_error"] = why
-    per_call = _agree(eager_median)
-    n = int(_agree(_sample_count(per_call, s)))
     nvml.read()
-    if replay is not None:
-        samples = _event_samples(replay, n, nvml)
-        method = "cuda-graph"
-        info["graph_over_eager"] = statistics.median(samples) / eager_median if eager_median > 0 else None
-    else:
-        samples = _event_samples(fn, n, nvml)
-        method = "cuda-events"
-    nvml.read()
-    info["nvml"] = nvml.summary()
+    batch = int(_agree(min(100, max(5, int(0.01 / per_call))), "min"))
+    samples: list[float] = []
+    sampling = time.perf_counter()
+    stop = ""
+    with _gc_paused():
+        while not stop:
+            samples += _event_samples(run, batch, nvml)
+            wall = time.perf_counter() - sampling
+            stop = _stop_reason(samples, s, wall)
+            if _agree(0.0 if stop else 1.0, "max") > 0:  # every rank stops together
+                stop = ""
+    _, lo, hi = median_interval(samples)
+    info.update(
+        warmup_s=warm_wall,
+        warmup_target_s=target,
+        warmup_calls=warm_calls,
+        gpu_was_idle=idle,
+        stop=stop,
+        median_interval=[lo, hi],
+        sampling_s=time.perf_counter() - sampling,
+        nvml=nvml.summary(),
+    )
     _LAST_TIMED = time.perf_counter()
     return Timing(samples, method, info)
+
+
+def _stop_reason(samples: list[float], s: TimerSettings, wall: float) -> str:
+    """Why sampling may stop now ("" to go on): precise enough, or a budget is spent."""
+    n = len(samples)
+    if n >= s.min_samples:
+        med, lo, hi = median_interval(samples)
+        if med > 0 and (hi - lo) / 2 <= s.precision * med:
+            return "precise"
+        if sum(samples) >= s.max_sample_s:
+            return "sample budget"
+        if wall >= s.max_wall_s:
+            return "wall budget"
+    if n >= s.max_samples:
+        return "sample count"
+    return ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -422,39 +473,52 @@ def time_call(
     device: str,
     *,
     settings: TimerSettings | None = None,
+    captured: Captured | None = None,
     graph: bool = True,
 ) -> Timing:
     """Per-call samples of ``fn()`` on ``device`` ("cpu" or "cuda"); see the module docstring.
 
     ``fn`` must do the same work on every call and need nothing from the host between calls
-    (inputs are prepared once, outside).  ``graph=False`` forbids CUDA-graph capture.
+    (inputs are prepared once, outside), and must have been called once already (first-call
+    costs: compilation, autotuning, lazy loading).  On CUDA, ``captured`` is the result of
+    :func:`capture` when the caller already captured ``fn`` (it is captured here otherwise, unless
+    ``graph=False``, which times it eagerly).
     """
     s = settings or TimerSettings.for_device(device)
-    if device == "cuda":
-        return _time_cuda(fn, s, graph=graph)
-    return _time_cpu(fn, s)
+    if device != "cuda":
+        return _time_cpu(fn, s)
+    if captured is None and graph:
+        captured = capture(fn)
+    info: dict[str, Any] = {}
+    if captured is not None:
+        info.update(eager_s=captured.eager_s, host_s_per_call=captured.host_s)
+        if captured.error:
+            info["graph_error"] = captured.error
+    if captured is not None and captured.graph is not None:
+        result = _time_cuda(captured.graph.replay, s, "cuda-graph", info)
+        if captured.eager_s:
+            result.info["graph_over_eager"] = result.median / captured.eager_s
+        return result
+    return _time_cuda(fn, s, "cuda-events", info)
 
 
-def peak_memory(fn: Callable[[], Any], device: str) -> Memory:
+def peak_memory(fn: Callable[[], Any], device: str, *, passes: int = 2) -> Memory:
     """Peak allocated bytes of ``fn()`` beyond the allocation before it (CUDA only).
 
-    One warm call first (workspaces, autotuning), then two measured passes; the value is the
-    second, and both are recorded so a non-deterministic peak shows in the data.
+    ``fn`` must have been called once already (workspaces, autotuning).  ``passes`` measured
+    calls; the value is the last, and all are recorded so a non-deterministic peak shows.
     """
     if device != "cuda":
         raise ValueError("peak GPU memory needs CUDA")
-    fn()
-    torch.cuda.synchronize()
-    passes = []
+    values = []
     reserved = []
-    for _ in range(2):
+    for _ in range(passes):
         torch.cuda.synchronize()
-        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
         out = fn()
         torch.cuda.synchronize()
-        passes.append(int(torch.cuda.max_memory_allocated() - base))
+        values.append(int(torch.cuda.max_memory_allocated() - base))
         reserved.append(int(torch.cuda.max_memory_reserved()))
         del out
-    return Memory(passes[-1], {"passes": passes, "max_reserved_bytes": reserved[-1]})
+    return Memory(values[-1], {"passes": values, "max_reserved_bytes": reserved[-1]})

@@ -31,7 +31,7 @@ from perfguard.files import write_atomic
 
 if TYPE_CHECKING:
     from perfguard.calibrate import Calibration, PlantedCommit, TableData
-    from perfguard.cli.measure import Bench, Side
+    from perfguard.measuring import Bench, Side
     from perfguard.store import RunRecord
 
 _path = click.Path(dir_okay=False, path_type=Path)
@@ -109,8 +109,9 @@ def calibrate(
     import time
 
     from perfguard import calibrate as cal
-    from perfguard.cli.measure import command_line, open_bench, say
+    from perfguard.cli.measure import console_reporter, say
     from perfguard.gitrepo import repo_root, work_tree
+    from perfguard.measuring import command_line, open_bench
 
     started = time.perf_counter()
     try:
@@ -137,7 +138,9 @@ def calibrate(
         )
     with tempfile.TemporaryDirectory(prefix="perfguard-calibrate-") as scratch:
         url = db_url or f"sqlite:///{Path(scratch) / 'calibration.db'}"
-        with open_bench(profile_name=profile, bench_regex=bench_regex, db_url=url) as bench:
+        with console_reporter() as reporter, open_bench(
+            profile_name=profile, bench_regex=bench_regex, db_url=url, reporter=reporter
+        ) as bench:
             clock = cal.PhaseClock(started)
             head = bench.head_side(tree)
             sides: dict[str, Side] = {cal.HEAD: head}
@@ -233,12 +236,12 @@ class _Measurer:
 def _planted_side(commit: PlantedCommit) -> Side:
     """The side of a planted commit: stored under its own sha, measured from its clone.
 
-    asv labels the rounds with the parent (HEAD), a commit it can resolve in the repository; the
-    planted commit exists only in the clone.
+    The rounds are labelled with the parent (HEAD), a commit the repository has; the planted commit
+    exists only in the clone.
     """
-    from perfguard.asvrun import Target
     from perfguard.calibrate import percent
-    from perfguard.cli.measure import Side
+    from perfguard.measuring import Side
+    from perfguard.rounds import Target
     from perfguard.store import CommitRecord
 
     record = CommitRecord(

@@ -1,4 +1,4 @@
-"""``perfguard run``: benchmark one commit on this machine through asv and store the results."""
+"""``perfguard run``: benchmark one commit on this machine with the asv suite and store the results."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from perfguard.cli.options import bench_option, db_option, profile_option, round
 from perfguard.errors import EXIT_FAILED
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from perfguard.store import ResultRecord, RunRecord
 
 
@@ -40,10 +42,14 @@ def run(
     temporary git worktree.  All rounds are stored in one transaction: an interrupted run
     stores nothing.  Exit 0 when stored, 1 when some benchmark failed (stored too), 2 on errors.
     """
-    from perfguard.cli.measure import open_bench, say
+    from perfguard.cli.measure import console_reporter, say
     from perfguard.gitrepo import rev_parse, work_tree
+    from perfguard.measuring import open_bench
 
-    with open_bench(profile_name=profile, bench_regex=bench_regex, db_url=db_url) as bench:
+    with (
+        console_reporter() as reporter,
+        open_bench(profile_name=profile, bench_regex=bench_regex, db_url=db_url, reporter=reporter) as bench,
+    ):
         tree = work_tree(bench.root)
         sha = rev_parse(bench.root, rev)
         if sha == tree.head:
@@ -86,23 +92,29 @@ def print_results(runs: list[RunRecord]) -> int:
             failed += 1
             error = next(r.error for r in results if r.status == "failed") or ""
             status = "failed: " + (error.strip().splitlines() or [""])[-1][:80]
-            table.add_row(benchmark.split(".", 1)[-1], first.impl, params, "", "", str(len(results)), status)
+            table.add_row(
+                *_text(benchmark.split(".", 1)[-1], first.impl, params, "", "", str(len(results)), status)
+            )
             continue
         if not ok:
             reason = (first.error or "skipped").strip().splitlines()[-1][:80]
-            table.add_row(benchmark.split(".", 1)[-1], first.impl, params, "", "", "", f"skipped: {reason}")
+            table.add_row(
+                *_text(benchmark.split(".", 1)[-1], first.impl, params, "", "", "", f"skipped: {reason}")
+            )
             continue
         medians = [float(r.value) for r in ok if r.value is not None]
         median = statistics.median(medians)
         spread = (max(medians) / min(medians) - 1) if min(medians) > 0 else 0.0
         table.add_row(
-            benchmark.split(".", 1)[-1],
-            first.impl,
-            params,
-            format_value(median, first.unit),
-            f"{spread:.1%}",
-            str(len(ok)),
-            first.method or "",
+            *_text(
+                benchmark.split(".", 1)[-1],
+                first.impl,
+                params,
+                format_value(median, first.unit),
+                f"{spread:.1%}",
+                str(len(ok)),
+                first.method or "",
+            )
         )
     console = Console()
     if not console.is_terminal:
@@ -111,9 +123,18 @@ def print_results(runs: list[RunRecord]) -> int:
     return failed
 
 
+def _text(*cells: str) -> list[Text]:
+    """Cells as plain text: names and errors are data, never rich markup ("[/oops]", "ring[fp8]")."""
+    from rich.text import Text
+
+    return [Text(c) for c in cells]
+
+
 def format_value(value: float, unit: str) -> str:
     if unit == "seconds":
         return f"{value * 1e3:.3f} ms" if value < 1 else f"{value:.3f} s"
     if unit == "bytes":
         return f"{value / 2**20:.1f} MiB"
+    if unit == "FLOP":
+        return f"{value / 1e9:.4g} GFLOP"
     return f"{value:.4g} {unit}"

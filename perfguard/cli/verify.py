@@ -49,6 +49,21 @@ if TYPE_CHECKING:
 )
 @click.option("--seq-len", type=int, default=None, help="Sequence length (default: the registry's config).")
 @click.option(
+    "--bench",
+    "bench_regexes",
+    multiple=True,
+    metavar="REGEX",
+    help="Only the implementations (and dtypes) that benchmarks matching this asv --bench regex "
+    "measure with --profile: what `perfguard check --bench` verifies.",
+)
+@click.option(
+    "--profile",
+    "profile_name",
+    default=None,
+    metavar="NAME",
+    help="With it, verify only the dtypes this benchmark profile measures on the device.",
+)
+@click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -62,6 +77,8 @@ def verify(
     dtypes: tuple[str, ...],
     impls: tuple[str, ...],
     seq_len: int | None,
+    bench_regexes: tuple[str, ...],
+    profile_name: str | None,
     json_path: Path | None,
 ) -> None:
     """Check every implementation against the float64 reference; exit 1 on any failure.
@@ -83,6 +100,7 @@ def verify(
     if seq_len is not None and seq_len < 1:
         raise UsageError(f"--seq-len must be a positive integer, got {seq_len}")
     registry = merged_registry()
+    impls, dtypes = _scope(registry, impls, dtypes, device, bench_regexes, profile_name)
     _preload(registry, impls)
     imports = time.perf_counter() - started
     console = Console()
@@ -104,6 +122,49 @@ def verify(
         write_atomic(json_path, json.dumps(report.to_json(), indent=2, allow_nan=False, default=str) + "\n")
         console.print(f"wrote {json_path}", style="dim")
     ctx.exit(EXIT_OK if report.passed else EXIT_FAILED)
+
+
+def _scope(
+    registry: Mapping[str, ImplSpec],
+    impls: tuple[str, ...],
+    dtypes: tuple[str, ...],
+    device: str,
+    bench_regexes: tuple[str, ...],
+    profile_name: str | None,
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The implementations and dtypes to verify when a benchmark selection / profile narrows them."""
+    import re
+
+    from perfguard import profiles
+    from perfguard.rounds import suite_labels
+
+    if profile_name is None and not bench_regexes:
+        return impls, dtypes
+    if profile_name is not None and profile_name not in profiles.CHOICES:
+        raise UsageError(f"--profile {profile_name!r} is not one of {', '.join(profiles.CHOICES)}")
+    cuda = device == "cuda"
+    profile = profiles.resolve(profile_name or "auto", cuda=cuda)
+    measured = profile.dtypes("cuda" if cuda else "cpu")
+    if profile_name is not None and not dtypes and device != "auto":
+        dtypes = measured
+    if bench_regexes:
+        try:
+            compiled = [re.compile(r) for r in bench_regexes]
+        except re.error as exc:
+            raise UsageError(f"--bench is not a regular expression: {exc}") from None
+        names = impls or tuple(registry)
+        chosen = []
+        for name in names:
+            labels = suite_labels([name], profile.seq_lens, measured)
+            if any(r.search(label) for r in compiled for label in labels):
+                chosen.append(name)
+        if not chosen:
+            raise UsageError(
+                f"--bench {bench_regexes[0]!r} selects no benchmark of profile {profile.name!r}",
+                hint="it must match asv's 'name(params)', e.g. \"Forward\\.track_time\\('improved'\"",
+            )
+        impls = tuple(chosen)
+    return impls, dtypes
 
 
 def _preload(registry: Mapping[str, ImplSpec], impls: tuple[str, ...]) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-METRICS = ("time", "memory", "throughput", "efficiency")
+METRICS = ("time", "memory", "throughput", "efficiency", "flops", "ops", "kernels", "allocated")
 DIRECTIONS = ("lower", "higher")
 RESULT_STATUSES = ("ok", "failed", "skipped")
 PURPOSES = ("run", "baseline", "head", "retry", "calibrate")

@@ -1,0 +1,418 @@
+"""Measuring commits on this machine: what ``run``, ``check``, ``calibrate`` and ``bisect`` share.
+
+A :class:`Bench` holds what one invocation measures with (repository, machine fingerprint,
+profile, stores, round runner, configuration, progress reporter).  :meth:`Bench.measure` runs
+rounds of the suite on commits, interleaved A B B A …, and returns them as store records (written by
+the caller, all rounds of a side in one transaction); :meth:`Bench.stored_rounds` finds earlier
+measurements that can be reused: the same machine key, profile and suite version, and a benchmark
+selection that covers the current one.  :func:`open_bench` checks every input before anything is
+measured (bad input fails fast), and cleans up afterwards (worktrees, scratch directories), also
+when the measurement is interrupted.
+
+**Trust** (docs/ci.md): a bench is *trusted* (a maintainer's run, the baseline branch's workflow)
+or *untrusted* (it executes code under review).  An untrusted bench opens the history store
+read-only, reads baselines from it, and writes its own runs and checks to a separate results store;
+its compilation caches are its own (:func:`perfguard.rounds.compile_cache_env`).
+
+What a round is and why rounds are fresh processes: ``docs/verdicts.md``; how a round runs:
+:mod:`perfguard.rounds`.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from perfguard.errors import PerfguardError, UsageError
+
+if TYPE_CHECKING:
+    from perfguard.config import Config
+    from perfguard.gitrepo import WorkTree
+    from perfguard.machine import Fingerprint
+    from perfguard.profiles import Profile
+    from perfguard.rounds import Progress, Round, RoundRunner, Target
+    from perfguard.store import CommitRecord, MachineRecord, ResultRecord, RunRecord, Store, StoredResult
+
+
+class Reporter(Protocol):
+    """Where a measurement says what it does: messages, per-benchmark progress, finished rounds."""
+
+    def say(self, message: str) -> None: ...
+
+    def progress(self, progress: Progress) -> None: ...
+
+
+class QuietReporter:
+    """A reporter that keeps the messages (for callers that print nothing, e.g. tests, notebooks)."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def say(self, message: str) -> None:
+        self.messages.append(message)
+
+    def progress(self, progress: Progress) -> None:
+        pass
+
+
+def command_line() -> str:
+    """The command line as the user typed it (for the record and the report's repro lines)."""
+    return shlex.join(["perfguard", *sys.argv[1:]])
+
+
+@dataclass
+class Side:
+    """One commit as perfguard measures it: the store's record and where its code is."""
+
+    commit: CommitRecord
+    target: Target
+    label: str  # "baseline 1a2b3c4d5e" / "HEAD 9f8e7d6c5b+dirty"
+
+
+@dataclass
+class Bench:
+    """The context of one run / check / calibrate / bisect invocation."""
+
+    root: Path
+    machine: Fingerprint
+    profile: Profile
+    device: str
+    store: Store  # where this invocation writes (an untrusted bench: its results store)
+    baseline_store: Store  # where baselines are read (an untrusted bench: read-only)
+    runner: RoundRunner
+    config: Config
+    bench: tuple[str, ...]
+    work_dir: Path
+    reporter: Reporter
+    trusted: bool = True
+    wrote: bool = False  # whether this invocation has stored anything yet (for interrupt messages)
+    stack: ExitStack = field(default_factory=ExitStack)
+    _worktrees: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def machine_record(self) -> MachineRecord:
+        from perfguard.store import MachineRecord
+
+        return MachineRecord(
+            key=self.machine.key,
+            kind=self.machine.kind,
+            label=self.machine.label,
+            attributes=dict(self.machine.hardware),
+        )
+
+    def say(self, message: str) -> None:
+        self.reporter.say(message)
+
+    # --- sides ---------------------------------------------------------------------------------
+
+    def head_side(self, tree: WorkTree) -> Side:
+        """HEAD (plus uncommitted changes when the tree is dirty), measured in the work tree itself."""
+        from perfguard.gitrepo import current_branch
+        from perfguard.rounds import Target
+
+        return Side(
+            commit_record(self.root, tree.head, dirty_hash=tree.dirty_hash, branch=current_branch(self.root)),
+            Target(tree.head, self.root),
+            f"HEAD {tree.key[:10]}{'+dirty' if tree.dirty else ''}",
+        )
+
+    def commit_side(self, sha: str, label: str, *, branch: str | None = None) -> Side:
+        """A commit measured in a git worktree of its own (created now, removed when done)."""
+        from perfguard.gitrepo import checkout
+        from perfguard.rounds import Target
+
+        source = self._worktrees.get(sha)
+        if source is None:
+            source = self._worktrees[sha] = self.stack.enter_context(checkout(self.root, sha, self.work_dir))
+        return Side(commit_record(self.root, sha, branch=branch), Target(sha, source), f"{label} {sha[:10]}")
+
+    # --- measuring -----------------------------------------------------------------------------
+
+    def settings(self, round_: Round) -> dict[str, Any]:
+        """What a run was measured under: suite version, selection, pinned timer settings."""
+        from perfguard.profiles import SUITE_VERSION
+
+        pinned: dict[str, Any] = {}
+        for result in round_.results:
+            if isinstance(result.info.get("settings"), dict):
+                pinned = dict(result.info["settings"])
+                break
+        return {
+            "suite_version": SUITE_VERSION,
+            "bench": list(round_.bench) or None,  # what this round selected (a retry: its suspects)
+            "device": self.device,
+            "timer": pinned,
+            "processes": round_.processes,
+            "trust": "trusted" if self.trusted else "untrusted",
+        }
+
+    def run_record(
+        self, round_: Round, purpose: str, index: int, results: Sequence[ResultRecord]
+    ) -> RunRecord:
+        from perfguard.store import RunRecord
+
+        return RunRecord(
+            profile=self.profile.name,
+            purpose=purpose,
+            round=index,
+            software=dict(self.machine.software),
+            fingerprint=self.machine.as_dict(),
+            settings=self.settings(round_),
+            command=command_line(),
+            started_at=round_.started_at,
+            finished_at=round_.finished_at,
+            results=list(results),
+        )
+
+    def measure(
+        self,
+        sides: Sequence[Side],
+        purpose: str,
+        rounds: int,
+        *,
+        bench: Sequence[str] | None = None,
+        profile: Sequence[str] = (),
+    ) -> list[list[RunRecord]]:
+        """``rounds`` rounds of each side, interleaved A B B A … (a fresh process every time).
+
+        Returns one list of run records per side, in round order.  Nothing is stored here.
+        ``profile``: benchmarks whose cases also get a profiler breakdown (first round of each side).
+        """
+        selection = tuple(bench) if bench is not None else self.bench
+        records: list[list[RunRecord]] = [[] for _ in sides]
+        order = list(range(len(sides)))
+        for index in range(rounds):
+            for s in order if index % 2 == 0 else order[::-1]:
+                side = sides[s]
+                label = f"{side.label} round {index + 1}/{rounds}: "
+                round_ = self.runner.run(
+                    side.target, bench=selection, label=label, profile=profile if index == 0 else ()
+                )
+                self.say(_round_line(side, index, rounds, round_))
+                records[s].append(self.run_record(round_, purpose, index, round_.results))
+        return records
+
+    def store_runs(self, side: Side, runs: Sequence[RunRecord]) -> None:
+        """All rounds of one side in one transaction (a killed measurement leaves nothing)."""
+        self.store.record_runs(self.machine_record, side.commit, runs)
+        self.wrote = True
+
+    # --- reusing measurements ------------------------------------------------------------------
+
+    def stored_rounds(
+        self, sha: str, purposes: Sequence[str] | None = None, *, store: Store | None = None
+    ) -> list[list[StoredResult]]:
+        """Earlier rounds of ``sha`` on this machine key and profile that cover the current selection.
+
+        A run is reusable when it was made by the current suite version and with no benchmark
+        selection or the same one; its results are narrowed to the current selection.  Returns
+        one list of results per reusable run, oldest first ([] when there is none).  ``store``:
+        where to read (default: the baseline store).
+        """
+        from perfguard.profiles import SUITE_VERSION
+        from perfguard.store import MEASUREMENT_PURPOSES
+
+        source = store if store is not None else self.baseline_store
+        wanted = list(self.bench) or None
+        kinds = tuple(purposes or MEASUREMENT_PURPOSES)
+        runs = [
+            r
+            for r in source.runs_for(self.machine.key, sha, self.profile.name, purposes=kinds)
+            if r.settings.get("suite_version") == SUITE_VERSION and r.settings.get("bench") in (None, wanted)
+        ]
+        if not runs:
+            return []
+        by_run: dict[int, list[StoredResult]] = {r.id: [] for r in runs}
+        for results in source.results_for(self.machine.key, sha, self.profile.name, purposes=kinds).values():
+            for result in results:
+                if result.run_id in by_run and selected(result, self.bench):
+                    by_run[result.run_id].append(result)
+        return [by_run[r.id] for r in runs if by_run[r.id]]
+
+
+def _round_line(side: Side, index: int, rounds: int, round_: Round) -> str:
+    counts = round_.counts
+    seconds = (round_.finished_at - round_.started_at).total_seconds()
+    parts = [f"{counts['ok']} ok"]
+    if counts["failed"]:
+        parts.append(f"{counts['failed']} failed")
+    if counts["skipped"]:
+        parts.append(f"{counts['skipped']} skipped")
+    restarts = f", {round_.processes - 1} restart(s) after a crash" if round_.processes > 1 else ""
+    return f"{side.label}: round {index + 1}/{rounds} done in {seconds:.0f} s ({', '.join(parts)}{restarts})"
+
+
+def selected(result: ResultRecord, bench: Sequence[str]) -> bool:
+    """Whether a result belongs to a ``--bench`` selection (asv's ``name(param reprs)`` match).
+
+    A derived result (tokens/s, TFLOP/s) belongs to it when the forward time it comes from does.
+    """
+    if not bench:
+        return True
+    name = str(result.info.get("derived_from") or result.benchmark)
+    order = list(result.info.get("param_names") or [])
+    if result.info.get("derived_from") and not order:
+        order = ["impl", "seq_len", "dtype"]
+    names = [n for n in order if n in result.params] + [n for n in result.params if n not in order]
+    label = f"{name}({', '.join(repr(result.params[n]) for n in names)})" if names else name
+    return any(re.search(regex, label) for regex in bench)
+
+
+def commit_record(
+    root: Path, sha: str, *, dirty_hash: str | None = None, branch: str | None = None
+) -> CommitRecord:
+    """The store's record of a commit (or of HEAD plus uncommitted changes)."""
+    from perfguard.gitrepo import commit_info
+    from perfguard.store import CommitRecord
+
+    info = commit_info(root, sha)
+    if dirty_hash is None:
+        return CommitRecord(
+            sha=sha,
+            base_sha=sha,
+            branch=branch,
+            parents=info.parents,
+            subject=info.subject,
+            author=info.author,
+            committed_at=info.committed_at,
+        )
+    return CommitRecord(
+        sha=f"{sha}+dirty.{dirty_hash}",
+        base_sha=sha,
+        dirty=True,
+        branch=branch,
+        parents=(sha,),
+        subject=f"uncommitted changes on {sha[:10]} ({info.subject})",
+        author=info.author,
+        committed_at=datetime.now(timezone.utc),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# opening a bench
+# --------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def open_bench(
+    *,
+    profile_name: str,
+    bench_regex: str | None,
+    db_url: str | None,
+    reporter: Reporter,
+    threshold: float | None = None,
+    device: str = "auto",
+    timeout_s: float | None = None,
+    trusted: bool = True,
+    results_db_url: str | None = None,
+    cwd: Path | None = None,
+) -> Iterator[Bench]:
+    """Everything a measurement needs, checked before any benchmark runs (bad input fails fast).
+
+    ``trusted=False``: the history store (``db_url``) is opened read-only and everything this
+    invocation writes goes to ``results_db_url`` (default: ``.perfguard/untrusted.db`` in the
+    repository).  Interrupts (Ctrl-C, SIGTERM) become a :class:`PerfguardError` (exit 2) after the
+    scratch directory and worktrees are removed.
+    """
+    from perfguard import profiles
+    from perfguard.config import find_pyproject, load_config
+    from perfguard.gitrepo import repo_root
+    from perfguard.machine import fingerprint
+    from perfguard.rounds import RoundRunner
+    from perfguard.store import Store
+
+    root = repo_root(cwd)
+    config = load_config(find_pyproject(root), threshold=threshold)
+    bench = (bench_regex,) if bench_regex else ()
+    for regex in bench:
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            raise UsageError(f"--bench {regex!r} is not a regular expression: {exc}") from None
+    try:
+        machine = fingerprint(device=device)
+    except RuntimeError as exc:
+        raise UsageError(str(exc), hint="drop --device cuda, or run on a machine with a GPU") from None
+    profile = profiles.resolve(profile_name, cuda=machine.has_cuda)
+    with ExitStack() as opened:
+        baseline_store = Store.open(db_url, cwd=root, **({} if trusted else {"read_only": True}))
+        opened.callback(baseline_store.close)
+        if trusted:
+            store = baseline_store
+        else:
+            url = results_db_url or f"sqlite:///{root / '.perfguard' / 'untrusted.db'}"
+            (root / ".perfguard").mkdir(exist_ok=True)
+            store = Store.open(url, cwd=root)
+            opened.callback(store.close)
+        check_writable = getattr(store, "check_writable", None)
+        if callable(check_writable):
+            check_writable()
+        work_dir = Path(tempfile.mkdtemp(prefix="perfguard-"))
+        opened.callback(shutil.rmtree, work_dir, True)
+        bench_ctx: Bench | None = None
+        with interrupts_as_errors(store_written=lambda: bench_ctx is not None and bench_ctx.wrote):
+            runner = RoundRunner(
+                root,
+                profile,
+                machine.kind,
+                work_dir,
+                on_progress=reporter.progress,
+                timeout_s=timeout_s,
+                trust="trusted" if trusted else "untrusted",
+            )
+            bench_ctx = Bench(
+                root, machine, profile, machine.kind, store, baseline_store, runner, config, bench, work_dir,
+                reporter, trusted,
+            )  # fmt: skip
+            with bench_ctx.stack:
+                where = store.url if trusted else f"{baseline_store.url} (read-only), results in {store.url}"
+                reporter.say(
+                    f"perfguard: {machine.label} (machine key {machine.key!r}), profile {profile.name} "
+                    f"({profile.description}), store {where}"
+                )
+                yield bench_ctx
+
+
+@contextmanager
+def interrupts_as_errors(store_written: Callable[[], bool] | None = None) -> Iterator[None]:
+    """Ctrl-C or SIGTERM (a CI job cancelled, a runner shutting down) stop the measurement cleanly.
+
+    SIGTERM is turned into KeyboardInterrupt so that ``finally`` blocks run (the round's process
+    is killed, git worktrees and scratch directories removed); either becomes exit 2 with a message
+    that says what was stored: each side's rounds are written when all of them are done, so an
+    interruption can leave the rounds of a side that finished, never half of one.
+    """
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+        signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        why = str(exc) or "Ctrl-C"
+        if store_written is not None and store_written():
+            what = "the rounds that finished before it are stored (complete sides only); nothing else was"
+        else:
+            what = "nothing of this measurement was stored"
+        raise PerfguardError(
+            f"interrupted ({why}): {what}",
+            hint="run the command again; it reuses what is stored and measures the rest",
+        ) from None
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,193 @@
+"""One pass of a benchmark case, measured once per process however many benchmarks ask for it.
+
+A round runs every selected benchmark of one side in one fresh process (docs/design.md,
+"Rounds"), and several asv benchmarks measure the same call: its time, its peak memory, its FLOPs,
+aten ops, kernels and allocated bytes.  :func:`current` keeps the one case being measured (the
+next case replaces it, freeing its memory), and its :class:`Pass` objects do each expensive step at
+most once, in the order that keeps the numbers clean:
+
+1. the **first call** (compilation, autotuning, lazy loading: never measured; a GPU out-of-memory
+   makes the case *skipped*, not failed);
+2. **peak memory**, two eager calls, before anything is captured;
+3. the **work counts**, one eager call under a dispatch mode (:mod:`perfguard.work`);
+4. **capture** as a CUDA graph (one timed eager call on the side stream first), and the kernel
+   count of that graph;
+5. the **timing** of the graph replay (:mod:`perfguard.timing`).
+
+Under plain ``asv run`` (one benchmark per process) the same objects do only the steps that one
+benchmark needs.  The re-measurement stage may also ask for :meth:`Pass.breakdown`, a profiler pass
+for the report's "what changed underneath" table.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfguard import cases, profiles, timing, work
+
+PASSES = ("forward", "forward_backward")
+
+
+@dataclass
+class Pass:
+    """One pass ("forward" or "forward_backward") of a built case; every step cached."""
+
+    case: cases.Case
+    name: str
+    fn: Callable[[], Any]
+    _first: bool = False
+    _memory: timing.Memory | None = None
+    _counts: work.Counts | None = None
+    _captured: timing.Captured | None = None
+    _timing: timing.Timing | None = None
+    _kernels: dict[str, int] | None = None
+    _breakdown: dict[str, Any] | None = None
+    log: dict[str, float] = field(default_factory=dict)  # seconds per step, for docs/perf/check.md
+
+    @property
+    def device(self) -> str:
+        return self.case.device
+
+    def first(self) -> None:
+        """The first call (raises :class:`cases.Unsupported` when it does not fit the GPU)."""
+        if not self._first:
+            with _clock(self.log, "first_call_s"):
+                cases.first_call(self.fn, self.device)
+            self._first = True
+
+    def memory(self) -> timing.Memory:
+        if self._memory is None:
+            self.first()
+            with _clock(self.log, "memory_s"):
+                self._memory = timing.peak_memory(self.fn, self.device)
+        return self._memory
+
+    def counts(self) -> work.Counts:
+        if self._counts is None:
+            self.first()
+            with _clock(self.log, "work_s"):
+                self._counts = work.dispatch_counts(self.fn)
+        return self._counts
+
+    def captured(self) -> timing.Captured:
+        """The call captured as a CUDA graph (or why it could not be); CUDA only."""
+        if self._captured is None:
+            self.first()
+            with _clock(self.log, "capture_s"):
+                self._captured = timing.capture(self.fn)
+        return self._captured
+
+    def timing(self) -> timing.Timing:
+        if self._timing is None:
+            self.first()
+            captured = self.captured() if self.device == "cuda" else None
+            with _clock(self.log, "timing_s"):
+                self._timing = timing.time_call(self.fn, self.device, captured=captured)
+        return self._timing
+
+    def kernels(self) -> dict[str, int]:
+        """CUDA kernels one call launches, by name: the captured graph's kernel nodes, else a profiler pass."""
+        if self._kernels is None:
+            graph = self.captured().graph
+            counted = work.graph_kernels(graph) if graph is not None else None
+            if counted is None:
+                rows = self.breakdown()["rows"]
+                counted = {name: int(c) for name, (c, _) in rows.items() if not _is_copy(name)}
+            self._kernels = counted
+        return self._kernels
+
+    def breakdown(self) -> dict[str, Any]:
+        """Per kernel (CUDA) or per aten op (CPU) count and time of one eager call (profiler)."""
+        if self._breakdown is None:
+            self.first()
+            with _clock(self.log, "profile_s"):
+                self._breakdown = work.profile_breakdown(self.fn, self.device)
+        return self._breakdown
+
+
+def _is_copy(name: str) -> bool:
+    """The profiler lists memsets and copies with the kernels; a graph's kernel nodes do not."""
+    return name.startswith(("Memset", "Memcpy", "[memory]"))
+
+
+class _clock:
+    """Adds the wall time of a block to ``log[key]``."""
+
+    def __init__(self, log: dict[str, float], key: str) -> None:
+        self.log, self.key = log, key
+
+    def __enter__(self) -> None:
+        import time
+
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        import time
+
+        self.log[self.key] = self.log.get(self.key, 0.0) + time.perf_counter() - self.t0
+
+
+# --------------------------------------------------------------------------------------------
+# the case being measured in this process
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Measured:
+    """A built case and its passes (or why it cannot be built here)."""
+
+    case: cases.Case | None
+    unsupported: str | None
+    passes: dict[str, Pass] = field(default_factory=dict)
+
+    def pass_(self, name: str) -> Pass:
+        if self.case is None:
+            raise cases.Unsupported(self.unsupported or "cannot run here")
+        if name not in self.passes:
+            fn = self.case.forward() if name == "forward" else self.case.forward_backward()
+            self.passes[name] = Pass(self.case, name, fn)
+        return self.passes[name]
+
+
+_CURRENT: tuple[tuple[str, int, str, str, str], Measured] | None = None
+
+
+def current(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Profile) -> Measured:
+    """The case for these parameters, built once; building another one frees this one first.
+
+    A case that cannot run here is remembered as such (the other benchmarks of the same case
+    are skipped with the same reason, without building it again).
+    """
+    global _CURRENT
+    key = (impl, seq_len, dtype, device, profile.name)
+    if _CURRENT is not None and _CURRENT[0] == key:
+        return _CURRENT[1]
+    release()
+    try:
+        measured = Measured(cases.build(impl, seq_len, dtype, device, profile), None)
+    except cases.Unsupported as exc:
+        measured = Measured(None, str(exc))
+    _CURRENT = (key, measured)
+    return measured
+
+
+def current_measured() -> Measured | None:
+    """The case this process measures now, if any (the round worker profiles its passes)."""
+    return None if _CURRENT is None else _CURRENT[1]
+
+
+def release() -> None:
+    """Forget the current case and give its GPU memory back (graphs, inputs, the module)."""
+    global _CURRENT
+    if _CURRENT is None:
+        return
+    device = _CURRENT[0][3]
+    _CURRENT = None
+    gc.collect()
+    if device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()

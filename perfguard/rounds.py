@@ -1,0 +1,601 @@
+"""Rounds: one fresh process measures every selected benchmark of one side; its output as records.
+
+A *round* is one fresh process per side (docs/design.md, "Rounds"): process-to-process variance is
+the noise a verdict must see, and one process may measure every selected benchmark of its side.
+:class:`RoundRunner` starts :mod:`perfguard.round_worker` on the asv suite of the checkout perfguard
+runs in (the suite, the timer and perfguard itself always come from there: both sides are measured
+by the same rules, as with ``asv continuous``), with ``attention`` imported from the commit being
+measured: the worker runs in a scratch directory holding two links, ``attention -> <source>/attention``
+(the work tree itself, or a git worktree of another commit) and ``asv_benchmarks -> <suite>``, and
+that directory is the first entry of its ``sys.path``.
+
+Why not ``asv run``: asv starts a discovery process and a fork server (each imports torch) and one
+process per benchmark x parameters; on a GPU most of a round then went to first calls and warm-ups
+repeated in every process (docs/perf/check.md: 256 s for a production round, 133 s of it first
+calls).  The suite stays a plain asv suite that ``python -m asv run`` runs unchanged; the worker
+runs its benchmarks with ``asv_runner``'s own discovery and benchmark objects.
+
+Robustness: the worker writes one JSON line per event.  If it dies (a segfault, the OOM killer, a
+CUDA error that ends the process), the benchmark it was measuring is ``failed`` with how the process
+ended, and a fresh process measures the rest, up to :data:`MAX_RESTARTS` times.  Every line is
+validated before it becomes a :class:`ResultRecord` (numbers finite and within a float, samples a
+list of numbers, info a bounded JSON object): a bad value fails that benchmark with a clear error,
+never perfguard.  Compilation caches (Inductor, Triton, CUDA's JIT) persist on the machine between
+rounds, one directory per *trust domain*: code under review compiles into ``untrusted`` and can
+never write a kernel that a trusted (baseline) round loads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from perfguard.errors import BenchmarkError
+from perfguard.profiles import DEVICE_ENV, PROFILE_ENV, Profile
+from perfguard.store.records import ResultRecord
+
+#: The package whose code differs between the commits perfguard compares.
+PACKAGE = "attention"
+#: How many times a round starts a fresh process after its process died.
+MAX_RESTARTS = 3
+#: Where compilation caches live (one subdirectory per trust domain); default ~/.cache/perfguard/compile.
+CACHE_ENV = "PERFGUARD_CACHE_DIR"
+TRUST_DOMAINS = ("trusted", "untrusted")
+_MAX_INFO_BYTES = 256 * 1024
+_MAX_SAMPLES = 1_000_000
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What perfguard makes of a benchmark's numbers (docs/design.md, "asv suites")."""
+
+    metric: str
+    unit: str
+    direction: str
+    gated: bool
+
+
+_KINDS = {
+    "Forward.track_time": Kind("time", "seconds", "lower", True),
+    "ForwardBackward.track_time": Kind("time", "seconds", "lower", True),
+    "PeakMemory.track_forward": Kind("memory", "bytes", "lower", True),
+    "PeakMemory.track_forward_backward": Kind("memory", "bytes", "lower", True),
+}
+for _pass in ("forward", "forward_backward"):
+    _KINDS[f"Work.track_{_pass}_flops"] = Kind("flops", "FLOP", "lower", True)
+    _KINDS[f"Work.track_{_pass}_ops"] = Kind("ops", "aten ops", "lower", True)
+    _KINDS[f"Work.track_{_pass}_kernels"] = Kind("kernels", "kernels", "lower", True)
+    _KINDS[f"Work.track_{_pass}_allocated"] = Kind("allocated", "bytes", "lower", True)
+_UNIT_KINDS = {
+    "seconds": Kind("time", "seconds", "lower", True),
+    "bytes": Kind("memory", "bytes", "lower", True),
+}
+#: Derived from ``Forward.track_time`` (the same measurement, inverted): reported, never gated.
+THROUGHPUT = Kind("throughput", "tokens/s", "higher", False)
+EFFICIENCY = Kind("efficiency", "TFLOP/s", "higher", False)
+
+
+#: The suite's module, as asv names its benchmarks (``bench_attention.Forward.track_time``).
+SUITE_MODULE = "bench_attention"
+
+
+def suite_labels(impls: Iterable[str], seq_lens: Iterable[int], dtypes: Iterable[str]) -> list[str]:
+    """asv's ``name(params)`` labels of the suite's benchmarks for these parameters (``--bench`` matching)."""
+    out = []
+    for impl in impls:
+        for seq_len in seq_lens:
+            for dtype in dtypes:
+                params = f"({impl!r}, {seq_len!r}, {dtype!r})"
+                out += [f"{SUITE_MODULE}.{name}{params}" for name in _KINDS]
+    return out
+
+
+def kind_of(benchmark: str, unit: str | None) -> Kind:
+    """The metric of a benchmark, by its name (``module.Class.method``) or else by its unit."""
+    short = benchmark.split(".", 1)[1] if benchmark.count(".") >= 2 else benchmark
+    if short in _KINDS:
+        return _KINDS[short]
+    if unit in _UNIT_KINDS:
+        return _UNIT_KINDS[unit]
+    return Kind("throughput", unit or "unknown", "higher", False)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one round measures: the commit it is labelled with, and where its ``attention`` lives."""
+
+    sha: str  # a commit of the repository (for a dirty tree: HEAD)
+    source: Path  # the directory whose attention/ package is measured
+
+
+@dataclass
+class Round:
+    """The outcome of one round (one or, after crashes, a few fresh processes)."""
+
+    results: list[ResultRecord]
+    started_at: datetime
+    finished_at: datetime
+    command: list[str]
+    log: str
+    exit_code: int
+    bench: tuple[str, ...] = ()  # the round's --bench selection
+    processes: int = 1
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out = {"ok": 0, "failed": 0, "skipped": 0}
+        for r in self.results:
+            out[r.status] += 1
+        return out
+
+
+@dataclass
+class Progress:
+    """Progress of one round: combinations finished out of those selected, and the latest one."""
+
+    done: int
+    total: int | None
+    latest: str = ""
+
+
+def load_benchmark_dir(root: Path) -> Path:
+    """The suite directory named by the project's ``asv.conf.json`` (asv's reader: comments allowed)."""
+    path = root / "asv.conf.json"
+    if not path.exists():
+        raise BenchmarkError(
+            f"there is no asv.conf.json in {root}",
+            hint="run perfguard at the root of a project with asv suites (asv.conf.json, asv_benchmarks/)",
+        )
+    import json5  # what asv itself reads asv.conf.json with (comments allowed)
+
+    try:
+        config = json5.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BenchmarkError(f"{path} is not valid asv configuration: {exc}", hint="fix the file") from None
+    if not isinstance(config, dict):
+        raise BenchmarkError(f"{path} is not a JSON object", hint="fix the file")
+    directory = (root / str(config.get("benchmark_dir", "benchmarks"))).resolve()
+    if not directory.is_dir():
+        raise BenchmarkError(
+            f"the asv benchmark directory {directory} does not exist",
+            hint="check benchmark_dir in asv.conf.json",
+        )
+    return directory
+
+
+def import_shim(source: Path, parent: Path, benchmark_dir: Path | None = None) -> Path:
+    """A scratch directory holding ``attention -> <source>/attention`` (and the suite), first on sys.path."""
+    shim = Path(tempfile.mkdtemp(prefix="import-shim-", dir=parent))
+    package = source / PACKAGE
+    if not (package / "__init__.py").exists():
+        raise BenchmarkError(
+            f"{source} has no {PACKAGE}/ package to benchmark",
+            hint="the commit predates the attention package, or the checkout is incomplete",
+        )
+    (shim / PACKAGE).symlink_to(package.resolve(), target_is_directory=True)
+    if benchmark_dir is not None:
+        (shim / benchmark_dir.name).symlink_to(benchmark_dir, target_is_directory=True)
+    return shim
+
+
+def compile_cache_env(domain: str) -> dict[str, str]:
+    """Environment that puts Inductor, Triton and CUDA JIT caches in ``domain``'s own directory."""
+    if domain not in TRUST_DOMAINS:
+        raise ValueError(f"trust domain must be one of {TRUST_DOMAINS}, not {domain!r}")
+    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "perfguard" / "compile") / domain
+    return {
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+        "TRITON_CACHE_DIR": str(root / "triton"),
+        "CUDA_CACHE_PATH": str(root / "cuda"),
+        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+        "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
+    }
+
+
+class RoundRunner:
+    """Runs rounds of the suite for one profile and device (see the module docstring)."""
+
+    def __init__(
+        self,
+        root: Path,
+        profile: Profile,
+        device: str,
+        work_dir: Path,
+        *,
+        on_progress: Callable[[Progress], None] | None = None,
+        timeout_s: float | None = None,
+        trust: str = "trusted",
+    ) -> None:
+        self.root = root
+        self.profile = profile
+        self.device = device
+        self.work_dir = work_dir
+        self.on_progress = on_progress
+        self.timeout_s = timeout_s
+        self.trust = trust
+        self.benchmark_dir = load_benchmark_dir(root)
+        compile_cache_env(trust)  # validates the domain now, not in the middle of a measurement
+
+    def run(
+        self, target: Target, *, bench: Sequence[str] = (), label: str = "", profile: Sequence[str] = ()
+    ) -> Round:
+        """One round: every selected benchmark x params once, in one fresh process (more after a crash).
+
+        ``profile``: regexes of benchmarks whose cases also get a profiler breakdown (the report's
+        "what changed underneath" table; the re-measurement stage asks for it).
+        """
+        shim = import_shim(target.source, self.work_dir, self.benchmark_dir)
+        output = shim / "round.jsonl"
+        env = {
+            **os.environ,
+            **compile_cache_env(self.trust),
+            "PYTHONUNBUFFERED": "1",
+            PROFILE_ENV: self.profile.name,
+            DEVICE_ENV: self.device,
+        }
+        started = datetime.now(timezone.utc)
+        clock = time.monotonic()
+        events: list[dict[str, Any]] = []
+        logs: list[str] = []
+        command = [sys.executable, "-m", "perfguard.round_worker", str(shim / "spec.json")]
+        plan: list[str] | None = None
+        finished: dict[str, dict[str, Any]] = {}
+        processes = 0
+        code = 0
+        remaining: list[str] | None = None
+        while True:
+            processes += 1
+            spec = {
+                "benchmark_dir": str(shim / self.benchmark_dir.name),
+                "bench": list(bench),
+                "only": remaining,
+                "profile": list(profile),
+                "device": self.device,
+                "output": str(output),
+            }
+            (shim / "spec.json").write_text(json.dumps(spec))
+            offset = output.stat().st_size if output.exists() else 0
+            code, log = self._execute(command, env, shim, output, offset, len(finished), label, plan)
+            logs.append(log)
+            new = _read_events(output, offset)
+            events += new
+            for event in new:
+                if event.get("event") == "plan" and plan is None:
+                    plan = [str(x) for x in event.get("labels") or []]
+                elif event.get("event") == "result" and isinstance(event.get("label"), str):
+                    finished[event["label"]] = event
+            if any(e.get("event") == "done" for e in new):
+                break
+            if plan is None:
+                raise BenchmarkError(
+                    f"the benchmark process could not start the round (exit {_describe_exit(code)}){_tail(log)}",
+                    hint="the lines above come from the suite or the code under test; fix what they name",
+                )
+            in_flight = _in_flight(new, finished)
+            if in_flight is not None:
+                how = _describe_exit(code)
+                finished[in_flight] = {"label": in_flight, "status": "failed", "error": (
+                    f"the benchmark process died while measuring this ({how}); the rest of the "
+                    f"round ran in a fresh process{_tail(log, 12)}")}  # fmt: skip
+            remaining = [x for x in plan if x not in finished]
+            if not remaining:
+                break
+            if processes > MAX_RESTARTS:
+                for x in remaining:
+                    finished[x] = {"label": x, "status": "failed", "error": (
+                        f"not measured: the benchmark process died {processes} times in this round")}  # fmt: skip
+                break
+        results = self._records(plan or [], finished)
+        return Round(
+            results=results,
+            started_at=started,
+            finished_at=datetime.now(timezone.utc),
+            command=command,
+            log="".join(logs),
+            exit_code=code,
+            bench=tuple(bench),
+            processes=processes,
+            seconds={"round": time.monotonic() - clock},
+        )
+
+    def _execute(
+        self,
+        command: list[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        output: Path,
+        offset: int,
+        done_before: int,
+        label: str,
+        plan: list[str] | None,
+    ) -> tuple[int, str]:
+        """Run one worker process, reporting progress from its output; (exit code, stderr+stdout)."""
+        log_path = cwd / f"worker-{offset}.log"
+        try:
+            with open(log_path, "w", encoding="utf-8", errors="replace") as log_file:
+                proc = subprocess.Popen(
+                    command, cwd=cwd, env=dict(env), stdout=log_file, stderr=subprocess.STDOUT
+                )
+        except OSError as exc:
+            raise BenchmarkError(f"could not start the benchmark process: {exc}") from None
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        seen = offset
+        done = done_before
+        total = len(plan) if plan is not None else None
+        try:
+            while proc.poll() is None:
+                time.sleep(0.2)
+                seen, done, total = self._report(output, seen, done, total, label)
+                if deadline is not None and time.monotonic() > deadline:
+                    proc.kill()
+                    proc.wait()
+                    raise BenchmarkError(
+                        f"the round did not finish within {self.timeout_s:.0f} s",
+                        hint="select fewer benchmarks (--bench) or raise the timeout",
+                    )
+        except BaseException:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            raise
+        self._report(output, seen, done, total, label)
+        return proc.returncode, log_path.read_text(encoding="utf-8", errors="replace")
+
+    def _report(
+        self, output: Path, seen: int, done: int, total: int | None, label: str
+    ) -> tuple[int, int, int | None]:
+        if self.on_progress is None or not output.exists():
+            return seen, done, total
+        events, size = _read_events_at(output, seen)
+        for event in events:
+            if event.get("event") == "plan" and total is None:
+                total = event.get("total") if isinstance(event.get("total"), int) else None
+            elif event.get("event") == "result":
+                done += 1
+                self.on_progress(Progress(done, total, f"{label}{_progress_text(event)}"))
+        return size, done, total
+
+    def _records(self, plan: list[str], finished: Mapping[str, dict[str, Any]]) -> list[ResultRecord]:
+        records: list[ResultRecord] = []
+        for label in plan:
+            event = finished.get(label)
+            if event is None:
+                continue
+            records.extend(_to_records(event, label))
+        for record in records:  # asv's parameter order, for --bench regexes of re-measurements
+            record.info.setdefault("param_names", list(record.params))
+        return records
+
+
+# --------------------------------------------------------------------------------------------
+# reading the worker's output
+# --------------------------------------------------------------------------------------------
+
+
+def _read_events(path: Path, offset: int) -> list[dict[str, Any]]:
+    """Complete JSON lines of ``path`` from byte ``offset`` (a half-written last line is left)."""
+    return _read_events_at(path, offset)[0]
+
+
+def _read_events_at(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """(complete JSON lines from byte ``offset``, the offset after the last complete line)."""
+    if not path.exists():
+        return [], offset
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    end = data.rfind(b"\n") + 1
+    events = []
+    for raw in data[:end].split(b"\n")[:-1]:
+        try:
+            event = json.loads(raw.decode("utf-8", errors="replace"))
+        except ValueError:
+            continue  # a line the worker did not write whole (it died mid-write)
+        if isinstance(event, dict):
+            events.append(event)
+    return events, offset + end
+
+
+def _in_flight(events: Iterable[dict[str, Any]], finished: Mapping[str, Any]) -> str | None:
+    started = [e.get("label") for e in events if e.get("event") == "start"]
+    for label in reversed(started):
+        if isinstance(label, str) and label not in finished:
+            return label
+    return None
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def _tail(log: str, lines: int = 25) -> str:
+    kept = [line for line in log.strip().splitlines() if line.strip() and "USDT:" not in line][-lines:]
+    return (":\n  " + "\n  ".join(kept)) if kept else ""
+
+
+def _progress_text(event: Mapping[str, Any]) -> str:
+    label = str(event.get("label", ""))
+    short = label.split(".", 1)[-1] if "." in label else label
+    status = event.get("status")
+    if status != "ok":
+        return f"{short} {status}"
+    value = event.get("value")
+    unit = event.get("unit")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        if unit == "seconds":
+            return f"{short} {value * 1e3:.3f} ms"
+        if unit == "bytes":
+            return f"{short} {value / 2**20:.1f} MiB"
+        return f"{short} {value:g} {unit or ''}".rstrip()
+    return short
+
+
+class _Invalid(ValueError):
+    """A value in the worker's output that cannot be stored as it is."""
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Invalid(f"{what} is {type(value).__name__}, not a number")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise _Invalid(f"{what} has {len(str(value))} digits: too large for a float") from None
+    if not math.isfinite(number):
+        raise _Invalid(f"{what} is {number}, not a finite number")
+    return number
+
+
+def _samples(value: Any) -> list[float] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _Invalid(f"samples are {type(value).__name__}, not a list")
+    if len(value) > _MAX_SAMPLES:
+        raise _Invalid(f"{len(value)} samples (at most {_MAX_SAMPLES})")
+    return [_number(s, f"sample {i}") for i, s in enumerate(value)]
+
+
+def _info(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Invalid(f"info is {type(value).__name__}, not an object")
+    try:
+        text = json.dumps(value, allow_nan=False, default=None)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise _Invalid(f"info is not plain JSON ({exc})") from None
+    if len(text) > _MAX_INFO_BYTES:
+        raise _Invalid(f"info is {len(text)} bytes (at most {_MAX_INFO_BYTES})")
+    return json.loads(text)
+
+
+def _params(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise _Invalid("params are not an object with string keys")
+    out = {}
+    for k, v in value.items():
+        if isinstance(v, (str, bool)) or v is None:
+            out[k] = v
+        elif isinstance(v, (int, float)):
+            out[k] = v if isinstance(v, int) and abs(v) < 2**63 else _number(v, f"parameter {k}")
+        else:
+            raise _Invalid(f"parameter {k} is {type(v).__name__}")
+    return out
+
+
+def _to_records(event: Mapping[str, Any], label: str) -> list[ResultRecord]:
+    """The store records of one result line: the result itself (and tokens/s, TFLOP/s of a forward)."""
+    name = label.split("(", 1)[0]
+    benchmark = event.get("benchmark") if isinstance(event.get("benchmark"), str) else name
+    try:
+        params = _params(event.get("params", {}))
+        invalid = None
+    except _Invalid as exc:
+        params, invalid = {"label": label}, f"the benchmark process wrote an invalid result: {exc}"
+    kind = kind_of(benchmark, event.get("unit") if isinstance(event.get("unit"), str) else None)
+    impl = str(params.get("impl") or benchmark)
+    base: dict[str, Any] = {
+        "benchmark": benchmark,
+        "impl": impl,
+        "params": params,
+        "metric": kind.metric,
+        "unit": kind.unit,
+        "direction": kind.direction,
+        "gated": kind.gated,
+    }
+    status = event.get("status")
+    error = event.get("error") if isinstance(event.get("error"), str) else None
+    if invalid is not None:
+        return [ResultRecord(**base, status="failed", error=invalid)]
+    if status == "skipped":
+        return [ResultRecord(**base, status="skipped", error=(error or "skipped")[-2000:])]
+    if status != "ok":
+        return [ResultRecord(**base, status="failed", error=(error or "failed (no message)")[-4000:])]
+    try:
+        value = _number(event.get("value"), "the value")
+        samples = _samples(event.get("samples"))
+        info = _info(event.get("info"))
+        method = event.get("method")
+        if method is not None and (not isinstance(method, str) or len(method) > 32):
+            raise _Invalid("method is not a short string")
+    except _Invalid as exc:
+        why = f"the benchmark process wrote an invalid result: {exc}"
+        return [ResultRecord(**base, status="failed", error=why)]
+    if samples is not None and not samples:
+        samples = None
+    record = ResultRecord(**base, value=value, samples=samples, method=method, info=info)
+    out = [record]
+    if kind.metric == "time" and benchmark.endswith("Forward.track_time") and samples:
+        out.extend(_derived(benchmark, base, samples, method, info))
+    return out
+
+
+def _derived(
+    name: str, base: Mapping[str, Any], samples: Sequence[float], method: str | None, info: Mapping[str, Any]
+) -> Iterable[ResultRecord]:
+    """tokens/s and attended-pair TFLOP/s from the forward samples and the case's work per call."""
+    module = name.split(".", 1)[0]
+    tokens = info.get("tokens")
+    flops = info.get("forward_flops")
+    positive = [s for s in samples if s > 0]
+    if not positive:
+        return
+    keep = {"derived_from": name, "config": info.get("config")}
+    for work, kind, method_name in (
+        (tokens, THROUGHPUT, "track_tokens_per_second"),
+        (flops / 1e12 if isinstance(flops, (int, float)) else None, EFFICIENCY, "track_tflops"),
+    ):
+        if not isinstance(work, (int, float)) or isinstance(work, bool) or work <= 0:
+            continue
+        yield ResultRecord(
+            **{
+                **base,
+                "benchmark": f"{module}.Throughput.{method_name}",
+                "metric": kind.metric,
+                "unit": kind.unit,
+                "direction": kind.direction,
+                "gated": kind.gated,
+            },
+            samples=[work / s for s in positive],
+            method=method,
+            info=keep,
+        )
+
+
+def selection_regex(benchmark: str, params: Mapping[str, Any], order: Sequence[str] | None = None) -> str:
+    """An asv ``--bench`` regex that selects exactly one benchmark x params (for re-measurements).
+
+    asv matches ``name(p1, p2, ...)`` with the values' ``repr`` in the suite's parameter order;
+    ``order`` gives it (stored results keep it in ``info["param_names"]``: a JSON column on
+    PostgreSQL does not keep key order).
+    """
+    names = [n for n in (order or []) if n in params] + [n for n in params if n not in (order or [])]
+    combo = ", ".join(repr(params[n]) for n in names)
+    return "^" + re.escape(f"{benchmark}({combo})") + "$"
+
+
+def suspect_selection(items: Iterable[Any], rounds: Iterable[Iterable[ResultRecord]]) -> list[str]:
+    """``--bench`` regexes that re-measure exactly ``items`` (anything with ``benchmark``, ``params``
+    and ``key``, e.g. compare's suspects), in the parameter order the ``rounds`` they came from record.
+    """
+    orders = {r.key: r.info.get("param_names") for results in rounds for r in results}
+    return [selection_regex(i.benchmark, i.params, orders.get(i.key)) for i in items]
