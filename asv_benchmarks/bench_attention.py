@@ -33,6 +33,8 @@ cosmetic edits of this file, and bumping it makes perfguard re-measure stored ba
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
@@ -51,12 +53,23 @@ def _params(impl: str, seq_len: int, dtype: str) -> dict[str, Any]:
     return {"impl": impl, "seq_len": seq_len, "dtype": dtype}
 
 
+@contextmanager
+def _skip_unsupported() -> Iterator[None]:
+    """A case that turns out not to fit here (GPU out of memory on its first call) is skipped."""
+    try:
+        yield
+    except cases.Unsupported as exc:
+        raise SkipNotImplemented(str(exc)) from None
+
+
 class _Suite:
     params = (list(names()), list(PROFILE.seq_lens), list(PROFILE.dtypes(DEVICE)))
     param_names = ("impl", "seq_len", "dtype")
     timeout = 600
     version = cases.SUITE_VERSION
     needs_cuda = False
+
+    measured: passes.Measured | None = None
 
     def setup(self, impl: str, seq_len: int, dtype: str) -> None:
         if self.needs_cuda and DEVICE != "cuda":
@@ -66,6 +79,16 @@ class _Suite:
         self.measured = passes.current(impl, seq_len, dtype, DEVICE, PROFILE)
         if self.measured.case is None:
             raise cases.Unsupported(self.measured.unsupported or "cannot run here")
+
+    def teardown(self, impl: str, seq_len: int, dtype: str) -> None:
+        # The benchmark object lives as long as the process: holding the case here would keep its
+        # GPU memory (module, inputs, graphs) alive after the next case replaced it.
+        self.measured = None
+
+    def _pass(self, name: str) -> passes.Pass:
+        """The case's pass; a case that does not fit the GPU is skipped, not failed (asv and perfguard)."""
+        assert self.measured is not None
+        return self.measured.pass_(name)
 
     def _record(self, benchmark: str, p: passes.Pass, outcome: Outcome) -> float:
         case = p.case
@@ -77,26 +100,29 @@ class _Suite:
         )
 
     def _time(self, benchmark: str, pass_name: str) -> float:
-        p = self.measured.pass_(pass_name)
-        result = p.timing()
+        p = self._pass(pass_name)
+        with _skip_unsupported():
+            result = p.timing()
         outcome = Outcome("seconds", result.median, list(result.samples), result.method, dict(result.info))
         return self._record(benchmark, p, outcome)
 
     def _memory(self, benchmark: str, pass_name: str) -> float:
-        p = self.measured.pass_(pass_name)
-        memory = p.memory()
+        p = self._pass(pass_name)
+        with _skip_unsupported():
+            memory = p.memory()
         value = float(memory.peak_bytes)
         return self._record(
             benchmark, p, Outcome("bytes", value, [value], "cuda-allocator", dict(memory.info))
         )
 
     def _work(self, benchmark: str, pass_name: str, what: str) -> float:
-        p = self.measured.pass_(pass_name)
+        p = self._pass(pass_name)
         info: dict[str, Any] = {}
         if what == "kernels":
             if DEVICE != "cuda":
                 raise SkipNotImplemented("CUDA kernels are counted on a GPU only")
-            kernels = p.kernels()
+            with _skip_unsupported():
+                kernels = p.kernels()
             value = float(sum(kernels.values()))
             info["breakdown"] = {"kind": "CUDA kernels", "counts": kernels}
             unit, method = (
@@ -104,7 +130,8 @@ class _Suite:
                 "cuda-graph nodes" if p.captured().graph is not None else "torch.profiler",
             )
         else:
-            counts = p.counts()
+            with _skip_unsupported():
+                counts = p.counts()
             value = float(
                 {"flops": counts.flops, "ops": counts.ops, "allocated": counts.allocated_bytes}[what]
             )

@@ -13,7 +13,7 @@ initialisation and every case's first call are paid once per round instead of on
 Output: one JSON object per line, flushed as soon as it is known, so that the parent can show
 progress and, if this process dies, knows which combination it died in::
 
-    {"event": "plan", "total": 108, "labels": [...]}
+    {"event": "plan", "total": 108, "labels": [...], "items": [{"label", "benchmark", "params"}, ...]}
     {"event": "start", "label": "bench_attention.Forward.track_time('dilated', 512, 'float32')"}
     {"event": "result", "label": ..., "benchmark": ..., "params": {...}, "status": "ok",
      "value": ..., "unit": ..., "samples": [...], "method": ..., "info": {...}}
@@ -127,7 +127,13 @@ def run(spec: dict[str, Any]) -> int:
             if (not regexes or any(r.search(item[2]) for r in regexes)) and (only is None or item[2] in only)
         ]
         selected.sort(key=_sort_key)
-        _emit(out, event="plan", total=len(selected), labels=[item[2] for item in selected])
+        _emit(
+            out,
+            event="plan",
+            total=len(selected),
+            labels=[item[2] for item in selected],
+            items=[{"label": item[2], "benchmark": item[0].name, "params": item[3]} for item in selected],
+        )
         for bench, index, label, params in selected:
             _emit(out, event="start", label=label)
             t0 = time.perf_counter()
@@ -172,14 +178,17 @@ def _result_fields(value: Any, outcome: Any, bench: Any) -> dict[str, Any]:
         return {"status": "skipped", "error": "the benchmark returned NaN (asv: skipped)"}
     fields: dict[str, Any] = {"status": "ok", "value": value, "unit": getattr(bench, "unit", None)}
     if outcome is not None:
+        # Passed on as they are: the parent validates every value (the code under test runs in
+        # this process and can hand back anything; it must fail its benchmark, not perfguard).
+        samples = outcome.samples
         fields.update(
             unit=outcome.unit,
-            samples=list(outcome.samples),
+            samples=list(samples) if isinstance(samples, (list, tuple)) else samples,
             method=outcome.method,
-            info=dict(outcome.info),
+            info=outcome.info,
         )
         if outcome.value != value:
-            fields["info"]["value_mismatch"] = [value, outcome.value]
+            fields["value_mismatch"] = [value, outcome.value]
     return fields
 
 

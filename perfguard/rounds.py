@@ -17,7 +17,8 @@ runs its benchmarks with ``asv_runner``'s own discovery and benchmark objects.
 
 Robustness: the worker writes one JSON line per event.  If it dies (a segfault, the OOM killer, a
 CUDA error that ends the process), the benchmark it was measuring is ``failed`` with how the process
-ended, and a fresh process measures the rest, up to :data:`MAX_RESTARTS` times.  Every line is
+ended, the case's other benchmarks fail with it (they would kill the next process too), and a fresh
+process measures the rest.  Every line is
 validated before it becomes a :class:`ResultRecord` (numbers finite and within a float, samples a
 list of numbers, info a bounded JSON object): a bad value fails that benchmark with a clear error,
 never perfguard.  Compilation caches (Inductor, Triton, CUDA's JIT) persist on the machine between
@@ -48,8 +49,6 @@ from perfguard.store.records import ResultRecord
 
 #: The package whose code differs between the commits perfguard compares.
 PACKAGE = "attention"
-#: How many times a round starts a fresh process after its process died.
-MAX_RESTARTS = 3
 #: Where compilation caches live (one subdirectory per trust domain); default ~/.cache/perfguard/compile.
 CACHE_ENV = "PERFGUARD_CACHE_DIR"
 TRUST_DOMAINS = ("trusted", "untrusted")
@@ -252,6 +251,7 @@ class RoundRunner:
         logs: list[str] = []
         command = [sys.executable, "-m", "perfguard.round_worker", str(shim / "spec.json")]
         plan: list[str] | None = None
+        planned: dict[str, dict[str, Any]] = {}
         finished: dict[str, dict[str, Any]] = {}
         processes = 0
         code = 0
@@ -271,10 +271,12 @@ class RoundRunner:
             code, log = self._execute(command, env, shim, output, offset, len(finished), label, plan)
             logs.append(log)
             new = _read_events(output, offset)
-            events += new
             for event in new:
                 if event.get("event") == "plan" and plan is None:
                     plan = [str(x) for x in event.get("labels") or []]
+                    for item in event.get("items") or []:
+                        if isinstance(item, dict) and isinstance(item.get("label"), str):
+                            planned[item["label"]] = item
                 elif event.get("event") == "result" and isinstance(event.get("label"), str):
                     finished[event["label"]] = event
             if any(e.get("event") == "done" for e in new):
@@ -285,18 +287,20 @@ class RoundRunner:
                     hint="the lines above come from the suite or the code under test; fix what they name",
                 )
             in_flight = _in_flight(new, finished)
-            if in_flight is not None:
-                how = _describe_exit(code)
-                finished[in_flight] = {"label": in_flight, "status": "failed", "error": (
-                    f"the benchmark process died while measuring this ({how}); the rest of the "
-                    f"round ran in a fresh process{_tail(log, 12)}")}  # fmt: skip
+            if in_flight is None:  # it died between benchmarks: nothing to blame, but it must not loop
+                in_flight = next((x for x in plan if x not in finished), None)
+                if in_flight is None:
+                    break
+            how = _describe_exit(code)
+            # The case it died in would kill the next process too: its other benchmarks fail with it.
+            for x in plan:
+                if x not in finished and _case_of(x) == _case_of(in_flight):
+                    why = "while measuring this" if x == in_flight else f"while measuring {in_flight}"
+                    finished[x] = {**planned.get(x, {}), "label": x, "status": "failed", "error": (
+                        f"the benchmark process died {why} ({how}); the rest of the round ran in a "
+                        f"fresh process{_tail(log, 12)}")}  # fmt: skip
             remaining = [x for x in plan if x not in finished]
             if not remaining:
-                break
-            if processes > MAX_RESTARTS:
-                for x in remaining:
-                    finished[x] = {"label": x, "status": "failed", "error": (
-                        f"not measured: the benchmark process died {processes} times in this round")}  # fmt: skip
                 break
         results = self._records(plan or [], finished)
         return Round(
@@ -417,6 +421,11 @@ def _in_flight(events: Iterable[dict[str, Any]], finished: Mapping[str, Any]) ->
     return None
 
 
+def _case_of(label: str) -> str:
+    """The parameters part of a label: every benchmark of one case shares it."""
+    return label[label.find("(") :] if "(" in label else label
+
+
 def _describe_exit(code: int) -> str:
     if code < 0:
         try:
@@ -531,6 +540,9 @@ def _to_records(event: Mapping[str, Any], label: str) -> list[ResultRecord]:
     if status != "ok":
         return [ResultRecord(**base, status="failed", error=(error or "failed (no message)")[-4000:])]
     try:
+        if event.get("value_mismatch") is not None:
+            raise _Invalid(f"asv got {event['value_mismatch'][0]!r} but the recorded outcome says "
+                           f"{event['value_mismatch'][1]!r}")  # fmt: skip
         value = _number(event.get("value"), "the value")
         samples = _samples(event.get("samples"))
         info = _info(event.get("info"))

@@ -1,0 +1,177 @@
+"""Issue 12's CPU acceptance: work metrics decide, whatever the machine is doing.
+
+On this machine with every core kept busy by other processes for the whole check, repeat:
+
+- **planted**: a commit on top of HEAD whose ``DilatedAttention.forward`` runs the forward twice
+  (a second, wasted call): ``perfguard check --baseline main --profile quick`` must exit 1 and
+  fail exactly ``dilated`` and ``multihead_dilated`` (the multihead module is built on it), with
+  their work metrics among the failing items;
+- **comment**: a commit that only adds a comment: the check must exit 0 with every work metric
+  at ratio exactly 1.000.
+
+Each repetition is a fresh ``git clone --shared`` of HEAD (``main`` = HEAD, ``feature`` = the
+variant) with its own empty SQLite store, so both sides are measured every time; the variants are
+interleaved.  The busy processes are plain ``while True: pass`` loops, one per core by default.
+
+    python docs/perf/work_metrics_busy.py --repeats 10 --out docs/perf/work_metrics_busy.md
+
+Writes the Markdown table (and ``--json``) and exits 1 if any repetition missed its target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+WORK = {"flops", "ops", "kernels", "allocated"}
+PLANT = '''
+
+# --- planted by docs/perf/work_metrics_busy.py: a second, wasted forward call ---
+_planted_forward = DilatedAttention.forward
+
+
+def _planted_twice(self, *args, **kwargs):
+    _planted_forward(self, *args, **kwargs)
+    return _planted_forward(self, *args, **kwargs)
+
+
+DilatedAttention.forward = _planted_twice
+'''
+COMMENT = "\n# A comment, and nothing else (docs/perf/work_metrics_busy.py).\n"
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "bench",
+           "GIT_COMMITTER_EMAIL": "b@x"}  # fmt: skip
+    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True, env=env).stdout
+
+
+def prepare(parent: Path, variant: str) -> Path:
+    clone = parent / "repo"
+    git(parent, "clone", "-q", "--shared", str(ROOT), str(clone))
+    git(clone, "checkout", "-q", "-B", "main", git(ROOT, "rev-parse", "HEAD").strip())
+    git(clone, "checkout", "-q", "-b", "feature")
+    target = clone / "attention" / "dilated.py"
+    target.write_text(target.read_text() + (PLANT if variant == "planted" else COMMENT))
+    git(clone, "commit", "-q", "-am", f"work_metrics_busy: {variant}")
+    return clone
+
+
+def run_check(clone: Path, busy: int) -> dict[str, Any]:
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    out = clone / "check.json"
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "perfguard", "check", "--baseline", "main", "--profile", "quick",
+             "--db", f"sqlite:///{clone / 'history.db'}", "--json", str(out)],
+            cwd=clone, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    wall = time.perf_counter() - started
+    result: dict[str, Any] = {"exit": proc.returncode, "wall_s": round(wall, 1)}
+    if not out.exists():
+        result["error"] = (proc.stdout + proc.stderr)[-3000:]
+        return result
+    doc = json.loads(out.read_text())
+    items = doc["items"]
+    failing = [i for i in items if i["gated"] and i["verdict"] in ("regression", "failed", "broken")]
+    work = [i for i in items if i["metric"] in WORK and i["ratio"] is not None]
+    result.update(
+        failing_impls=sorted({i["impl"] for i in failing}),
+        failing_work=sorted({f"{i['impl']} {i['benchmark'].split('.', 1)[-1]}" for i in failing if i["metric"] in WORK}),
+        failing_time=sorted({f"{i['impl']} {i['benchmark'].split('.', 1)[-1]}" for i in failing if i["metric"] == "time"}),
+        work_items=len(work),
+        work_ratios_not_one=[f"{i['impl']} {i['benchmark'].split('.', 1)[-1]} {i['ratio']:.4f}" for i in work if i["ratio"] != 1.0],
+        counts=doc.get("counts"),
+        retried=doc.get("summary", {}).get("retried"),
+        underneath=len(doc.get("summary", {}).get("underneath") or []),
+    )  # fmt: skip
+    return result
+
+
+def met(variant: str, r: dict[str, Any]) -> bool:
+    if variant == "planted":
+        return (
+            r["exit"] == 1
+            and r.get("failing_impls") == ["dilated", "multihead_dilated"]
+            and {x.split()[0] for x in r.get("failing_work", [])} == {"dilated", "multihead_dilated"}
+        )
+    return r["exit"] == 0 and r.get("work_items", 0) > 0 and not r.get("work_ratios_not_one")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--busy", type=int, default=os.cpu_count() or 2, help="busy-loop processes")
+    parser.add_argument("--out", type=Path, default=None, help="Markdown results")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    if git(ROOT, "status", "--porcelain", "--untracked-files=no").strip():
+        print("commit your changes first: the script clones HEAD", file=sys.stderr)
+        return 2
+    rows: list[dict[str, Any]] = []
+    started = datetime.now(timezone.utc)
+    for rep in range(args.repeats):
+        for variant in ("planted", "comment") if rep % 2 == 0 else ("comment", "planted"):
+            with tempfile.TemporaryDirectory(prefix="pg-busy-") as scratch:
+                clone = prepare(Path(scratch), variant)
+                r = run_check(clone, args.busy)
+            r.update(repetition=rep + 1, variant=variant, met=met(variant, r))
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    finished = datetime.now(timezone.utc)
+    lines = [
+        f"- **Date**: {started:%Y-%m-%d %H:%M}–{finished:%H:%M} UTC; perfguard at {git(ROOT, 'rev-parse', '--short=10', 'HEAD').strip()}",
+        f"- **Machine**: {os.cpu_count()} cores of {platform.processor() or platform.machine()}, {platform.platform()}, "
+        f"Python {platform.python_version()}; {args.busy} busy-loop processes during every check",
+        f"- **Command**: `python docs/perf/work_metrics_busy.py --repeats {args.repeats} --busy {args.busy}`",
+        "",
+        "| variant | met | exit (count) | failing implementations | check wall (s, median) |",
+        "| --- | --- | --- | --- | ---: |",
+    ]  # fmt: skip
+    for variant in ("planted", "comment"):
+        these = [r for r in rows if r["variant"] == variant]
+        exits: dict[int, int] = {}
+        for r in these:
+            exits[r["exit"]] = exits.get(r["exit"], 0) + 1
+        impls = sorted({", ".join(r.get("failing_impls", [])) or "–" for r in these})
+        walls = sorted(r["wall_s"] for r in these)
+        lines.append(
+            f"| {variant} | {sum(r['met'] for r in these)}/{len(these)} | "
+            f"{', '.join(f'{k}: {v}' for k, v in sorted(exits.items()))} | {'; '.join(impls)} | "
+            f"{walls[len(walls) // 2]:.0f} |"
+        )
+    lines += ["", "| rep | variant | exit | failing work metrics | failing timings | work ratios ≠ 1 | retried |",
+              "| ---: | --- | ---: | --- | --- | --- | ---: |"]  # fmt: skip
+    for r in rows:
+        lines.append(
+            f"| {r['repetition']} | {r['variant']} | {r['exit']} | {'; '.join(r.get('failing_work', [])) or '–'} | "
+            f"{'; '.join(r.get('failing_time', [])) or '–'} | {'; '.join(r.get('work_ratios_not_one', [])) or '–'} | "
+            f"{r.get('retried', '')} |"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0 if all(r["met"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
