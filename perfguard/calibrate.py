@@ -59,11 +59,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from perfguard import stats
-from perfguard.rounds import suspect_selection
 from perfguard.compare import SuiteComparison, Verdict, apply_retry, compare_suite, measurements_from_rounds
 from perfguard.config import Config
 from perfguard.errors import GitError
 from perfguard.gitrepo import git
+from perfguard.rounds import suspect_selection
 from perfguard.store.records import ResultRecord, RunRecord
 
 #: The ``schema`` of ``perfguard calibrate --json`` (documented in docs/calibration.md).

@@ -154,6 +154,7 @@ class Bench:
             "device": self.device,
             "timer": pinned,
             "processes": round_.processes,
+            "cost": dict(round_.seconds),  # where this round's time went (docs/perf/round_cost.py)
             "trust": "trusted" if self.trusted else "untrusted",
         }
 

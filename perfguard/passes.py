@@ -89,7 +89,7 @@ class Pass:
         return self._timing
 
     def kernels(self) -> dict[str, int]:
-        """CUDA kernels one call launches, by name: the captured graph's kernel nodes, else a profiler pass."""
+        """CUDA kernels one call launches, by name: the graph's kernel nodes, else a profiler pass."""
         if self._kernels is None:
             graph = self.captured().graph
             counted = work.graph_kernels(graph) if graph is not None else None

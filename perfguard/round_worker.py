@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+_STARTED = time.perf_counter()  # before torch and the suite are imported: the worker's start-up
+
 #: Exit code: stopped after a failure on CUDA; the parent restarts a fresh process for the rest.
 EXIT_RESTART = 3
 
@@ -121,6 +123,7 @@ def run(spec: dict[str, Any]) -> int:
     device = spec.get("device", "cpu")
     with open(spec["output"], "a", encoding="utf-8") as out:
         benchmarks = [b for b in disc_benchmarks(str(bench_dir)) if getattr(b, "type", "") == "track"]
+        discovery_s = time.perf_counter() - _STARTED
         selected = [
             item
             for item in _combinations(benchmarks)
@@ -133,6 +136,7 @@ def run(spec: dict[str, Any]) -> int:
             total=len(selected),
             labels=[item[2] for item in selected],
             items=[{"label": item[2], "benchmark": item[0].name, "params": item[3]} for item in selected],
+            discovery_s=discovery_s,
         )
         for bench, index, label, params in selected:
             _emit(out, event="start", label=label)

@@ -131,7 +131,7 @@ class Round:
     exit_code: int
     bench: tuple[str, ...] = ()  # the round's --bench selection
     processes: int = 1
-    seconds: dict[str, float] = field(default_factory=dict)
+    seconds: dict[str, Any] = field(default_factory=dict)  # where the round's time went
 
     @property
     def counts(self) -> dict[str, int]:
@@ -271,6 +271,7 @@ class RoundRunner:
             code, log = self._execute(command, env, shim, output, offset, len(finished), label, plan)
             logs.append(log)
             new = _read_events(output, offset)
+            events += new
             for event in new:
                 if event.get("event") == "plan" and plan is None:
                     plan = [str(x) for x in event.get("labels") or []]
@@ -283,7 +284,8 @@ class RoundRunner:
                 break
             if plan is None:
                 raise BenchmarkError(
-                    f"the benchmark process could not start the round (exit {_describe_exit(code)}){_tail(log)}",
+                    f"the benchmark process could not start the round "
+                    f"(exit {_describe_exit(code)}){_tail(log)}",
                     hint="the lines above come from the suite or the code under test; fix what they name",
                 )
             in_flight = _in_flight(new, finished)
@@ -303,6 +305,16 @@ class RoundRunner:
             if not remaining:
                 break
         results = self._records(plan or [], finished)
+        wall = time.monotonic() - clock
+        measured = [e for e in finished.values() if isinstance(e.get("seconds"), (int, float))]
+        discovery = [e.get("discovery_s") for e in events if e.get("event") == "plan"]
+        cost = {
+            "round_s": round(wall, 3),
+            "processes": processes,
+            "discovery_s": round(sum(d for d in discovery if isinstance(d, (int, float))), 3),
+            "benchmarks_s": round(sum(float(e["seconds"]) for e in measured), 3),
+            "steps_s": _step_totals(results),
+        }
         return Round(
             results=results,
             started_at=started,
@@ -312,7 +324,7 @@ class RoundRunner:
             exit_code=code,
             bench=tuple(bench),
             processes=processes,
-            seconds={"round": time.monotonic() - clock},
+            seconds=cost,
         )
 
     def _execute(
@@ -419,6 +431,32 @@ def _in_flight(events: Iterable[dict[str, Any]], finished: Mapping[str, Any]) ->
         if isinstance(label, str) and label not in finished:
             return label
     return None
+
+
+def _step_totals(results: Iterable[ResultRecord]) -> dict[str, float]:
+    """Seconds per measuring step (first call, memory, work, capture, timing, profile), all cases.
+
+    Each result carries its pass's running totals (``info.steps_s``); the largest per pass is its
+    total, and the passes add up.
+    """
+    per_pass: dict[tuple[str, str], dict[str, float]] = {}
+    for r in results:
+        steps = r.info.get("steps_s") if isinstance(r.info, Mapping) else None
+        if not isinstance(steps, Mapping):
+            continue
+        key = (
+            r.params_key,
+            "forward_backward" if "Backward" in r.benchmark or "backward" in r.benchmark else "forward",
+        )
+        seen = per_pass.setdefault(key, {})
+        for step, value in steps.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                seen[step] = max(seen.get(step, 0.0), float(value))
+    totals: dict[str, float] = {}
+    for steps in per_pass.values():
+        for step, value in steps.items():
+            totals[step] = round(totals.get(step, 0.0) + value, 3)
+    return totals
 
 
 def _case_of(label: str) -> str:

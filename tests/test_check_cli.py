@@ -68,7 +68,8 @@ ImplSpec.build = _double
 """
 
 QUADRUPLE = DOUBLE.replace("twice the work", "four times the work").replace(
-    "            forward(*a, **k)\n            return", "            for _ in range(3):\n                forward(*a, **k)\n            return"
+    "            forward(*a, **k)\n            return",
+    "            for _ in range(3):\n                forward(*a, **k)\n            return",
 )
 
 WRONG = """
@@ -233,10 +234,11 @@ def main_flow(repo: Path, db: str, tmp_path: Path) -> None:
     git(repo, "checkout", "-q", "comment")
     out = tmp_path / "comment"
     work_only = r"Work\.track_forward_(flops|ops|allocated)\('(dilated|improved)', 512,"
-    same = perfguard(repo, "check", "--baseline", "main", "--bench", work_only, "--json", f"{out}.json", db=db)
+    same = perfguard(repo, "check", "--baseline", "main", "--bench", work_only, "--json", f"{out}.json",
+                     db=db)  # fmt: skip
     assert same.returncode == 0, same.stdout + same.stderr
-    document = report(tmp_path / "comment.json")
-    assert document["items"] and all(i["ratio"] == 1.0 and i["verdict"] == "unchanged" for i in document["items"])
+    items = report(tmp_path / "comment.json")["items"]
+    assert items and all(i["ratio"] == 1.0 and i["verdict"] == "unchanged" for i in items)
 
 
 @pytest.mark.slow
@@ -390,7 +392,9 @@ ImplSpec.build = _crash
 """
 
 
-def test_a_benchmark_process_that_dies_fails_its_case_and_the_round_goes_on(repo: Path, tmp_path: Path) -> None:
+def test_a_benchmark_process_that_dies_fails_its_case_and_the_round_goes_on(
+    repo: Path, tmp_path: Path
+) -> None:
     db = sqlite_url(tmp_path)
     with (repo / "attention" / "registry.py").open("a") as fh:
         fh.write(CRASH)
@@ -405,7 +409,8 @@ def test_a_benchmark_process_that_dies_fails_its_case_and_the_round_goes_on(repo
     assert dead and all(i == "dilated" for b, i, s, e in rows if s == "failed")
     assert any("died while measuring this (killed by SIGKILL)" in e for e in dead)
     assert {b.split(".", 1)[-1] for b, i, s, e in rows if i == "improved" and s == "ok"} >= {
-        "Forward.track_time", "Work.track_forward_ops"
+        "Forward.track_time",
+        "Work.track_forward_ops",
     }
 
 
@@ -435,3 +440,91 @@ def test_a_run_killed_midway_exits_2_and_stores_nothing(repo: Path, tmp_path: Pa
         "worktree" not in git(repo, "worktree", "list")
         or len(git(repo, "worktree", "list").splitlines()) == 1
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# a failed or killed baseline round never ungates a benchmark (issue 13, hole 2)
+
+
+def _kill_when_measuring(proc: subprocess.Popen[str], scratch: Path, victim: str) -> bool:
+    """SIGKILL the round's benchmark process while it measures a benchmark matching ``victim``."""
+    import re
+
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        for output in scratch.glob("perfguard-*/import-shim-*/round.jsonl"):
+            events = [json.loads(x) for x in output.read_text().splitlines() if x.strip().endswith("}")]
+            started = [
+                e["label"] for e in events if e.get("event") == "start" and re.search(victim, e["label"])
+            ]
+            done = {e["label"] for e in events if e.get("event") == "result"}
+            if started and started[-1] not in done:
+                spec = str(output.parent / "spec.json")
+                ps = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+                pids = [int(line.split()[0]) for line in ps.splitlines() if spec in line]
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
+                if pids:
+                    return True
+        time.sleep(0.02)
+    return False
+
+
+def killed_baseline_flow(repo: Path, db: str, tmp_path: Path) -> None:
+    good = perfguard(repo, "run", "--bench", BENCH, db=db)
+    assert good.returncode == 0, good.stderr
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "PERFGUARD_DB": db, "PYTHONUNBUFFERED": "1", "TMPDIR": str(scratch)}
+    command = [sys.executable, "-m", "perfguard", "run", "--bench", BENCH, "--rounds", "1"]
+    proc = subprocess.Popen(
+        command, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert _kill_when_measuring(proc, scratch, r"Forward\.track_time\('dilated'")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out + err  # stored, with dilated's case failed (as the OOM killer leaves it)
+    assert "died while measuring" in out + err or "failed" in out
+
+    git(repo, "checkout", "-q", "quadruple")
+    result = perfguard(repo, "check", "--baseline", "main", "--bench", BENCH, "--json",
+                       str(tmp_path / "r.json"), db=db)  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "failed in a stored round" in result.stderr and "measuring them again" in result.stderr
+    document = report(tmp_path / "r.json")
+    assert not [i for i in document["items"] if i["verdict"] == "new"]  # never "nothing to compare"
+    dilated = work_items(document, "dilated")
+    assert dilated and all(i["verdict"] == "regression" and i["ratio"] == pytest.approx(4.0) for i in dilated)
+
+
+@pytest.mark.slow
+def test_a_killed_baseline_round_is_measured_again_on_sqlite(repo: Path, tmp_path: Path) -> None:
+    killed_baseline_flow(repo, sqlite_url(tmp_path), tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_killed_baseline_round_is_measured_again_on_postgresql(
+    repo: Path, tmp_path: Path, postgres_url: str
+) -> None:
+    killed_baseline_flow(repo, postgres_url, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_baseline_that_cannot_be_measured_fails_the_check_closed(repo: Path, tmp_path: Path) -> None:
+    db = sqlite_url(tmp_path)
+    git(repo, "checkout", "-q", "-b", "broken-base")
+    with (repo / "attention" / "registry.py").open("a") as fh:
+        fh.write(CRASH)
+    git(repo, "commit", "-qam", "dilated's process dies")
+    stored = perfguard(repo, "run", "--bench", BENCH, "--rounds", "1", db=db)
+    assert stored.returncode == 1, stored.stderr
+    git(repo, "checkout", "-q", "-b", "on-broken-base")
+    with (repo / "attention" / "dilated.py").open("a") as fh:
+        fh.write("\n# a comment\n")
+    git(repo, "commit", "-qam", "comment")
+    before = table_counts(db)
+    result = perfguard(repo, "check", "--baseline", "broken-base", "--bench", BENCH, "--no-verify", db=db)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "cannot be measured here" in result.stderr and "dilated" in result.stderr
+    assert "fails closed" in result.stderr and "hint:" in result.stderr
+    assert table_counts(db)["checks"] == before["checks"]  # no check recorded

@@ -292,7 +292,7 @@ def graph_kernels(fn) -> dict[str, Any]:
                 types[str(kind).rsplit(".", 1)[-1]] += 1
                 if kind == runtime.cudaGraphNodeType.cudaGraphNodeTypeKernel:
                     try:
-                        err, params = driver.cuGraphKernelNodeGetParams(driver.CUgraphNode(int(node)))
+                        _, params = driver.cuGraphKernelNodeGetParams(driver.CUgraphNode(int(node)))
                         _err2, name = driver.cuFuncGetName(params.func)
                         names[name.decode() if isinstance(name, bytes) else str(name)] += 1
                     except Exception as exc:

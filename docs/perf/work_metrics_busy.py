@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (Markdown table rows and command lines are kept one per line)
 """Issue 12's CPU acceptance: work metrics decide, whatever the machine is doing.
 
 On this machine with every core kept busy by other processes for the whole check, repeat:
@@ -24,7 +25,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,7 +35,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK = {"flops", "ops", "kernels", "allocated"}
-PLANT = '''
+PLANT = """
 
 # --- planted by docs/perf/work_metrics_busy.py: a second, wasted forward call ---
 _planted_forward = DilatedAttention.forward
@@ -47,14 +47,16 @@ def _planted_twice(self, *args, **kwargs):
 
 
 DilatedAttention.forward = _planted_twice
-'''
+"""
 COMMENT = "\n# A comment, and nothing else (docs/perf/work_metrics_busy.py).\n"
 
 
 def git(cwd: Path, *args: str) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "bench",
            "GIT_COMMITTER_EMAIL": "b@x"}  # fmt: skip
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True, env=env).stdout
+    return subprocess.run(
+        ["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout
 
 
 def prepare(parent: Path, variant: str) -> Path:

@@ -138,9 +138,10 @@ def calibrate(
         )
     with tempfile.TemporaryDirectory(prefix="perfguard-calibrate-") as scratch:
         url = db_url or f"sqlite:///{Path(scratch) / 'calibration.db'}"
-        with console_reporter() as reporter, open_bench(
-            profile_name=profile, bench_regex=bench_regex, db_url=url, reporter=reporter
-        ) as bench:
+        with (
+            console_reporter() as reporter,
+            open_bench(profile_name=profile, bench_regex=bench_regex, db_url=url, reporter=reporter) as bench,
+        ):
             clock = cal.PhaseClock(started)
             head = bench.head_side(tree)
             sides: dict[str, Side] = {cal.HEAD: head}
