@@ -288,7 +288,7 @@ def graph_kernels(fn) -> dict[str, Any]:
             err, _, count = runtime.cudaGraphGetNodes(g, 0)
             err, nodes, count = runtime.cudaGraphGetNodes(g, count)
             for node in nodes[:count]:
-                err, kind = runtime.cudaGraphNodeGetType(node)
+                _err, kind = runtime.cudaGraphNodeGetType(node)
                 types[str(kind).rsplit(".", 1)[-1]] += 1
                 if kind == runtime.cudaGraphNodeType.cudaGraphNodeTypeKernel:
                     try:
