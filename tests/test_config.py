@@ -40,7 +40,7 @@ def test_documented_example_is_valid_and_means_what_the_docs_say(repo_root: Path
     assert example is not None
     config = load_config(write(tmp_path, example.group(1)))
     assert config.threshold == 0.20 and config.memory_floor_bytes == 64 * MiB
-    assert len(config.overrides) == 3
+    assert len(config.overrides) == 4
     small = config.rule_for("dilated", "Forward.track_time", "time", {"seq_len": 256, "dtype": "float32"})
     assert small.gate is False and small.note
     big = config.rule_for("dilated", "Forward.track_time", "time", {"seq_len": 4096, "dtype": "float32"})
@@ -48,6 +48,9 @@ def test_documented_example_is_valid_and_means_what_the_docs_say(repo_root: Path
     assert config.rule_for("multihead_ring", "ForwardBackward.track_time", "time").threshold == 0.30
     assert config.rule_for("block_sparse_ring", "PeakMemory.track_forward", "memory").threshold == 0.10
     assert config.rule_for("ring", "PeakMemory.track_forward", "memory").threshold == 0.20
+    assert config.rule_for("hilbert_ring", "Work.track_forward_kernels", "kernels").threshold == 0.05
+    assert config.rule_for("improved", "Work.track_forward_kernels", "kernels").threshold == 0.20
+    assert config.effective_work_threshold == 0.20  # work_threshold = 0.20 in the example
 
 
 def test_the_projects_own_pyproject_loads(repo_root: Path) -> None:
@@ -62,6 +65,7 @@ def test_all_keys_are_read(tmp_path: Path) -> None:
 threshold = 0.25
 memory_threshold = 0.1
 memory_floor_bytes = "1 GiB"
+work_threshold = 0.05
 alpha = 0.001
 confidence = 0.99
 max_iqr_ratio = 0.2
@@ -82,6 +86,8 @@ rounds = 7
     assert c.retry == RetryConfig(enabled=False, rounds=7)
     assert c.source == str(path)
     assert c.to_dict()["memory_threshold"] == 0.1
+    assert c.effective_work_threshold == 0.05 and c.to_dict()["work_threshold"] == 0.05
+    assert c.rule_for("ring", "Work.track_forward_ops", "ops").threshold == 0.05
 
 
 @pytest.mark.parametrize(
