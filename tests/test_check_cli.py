@@ -459,9 +459,14 @@ def _kill_when_measuring(proc: subprocess.Popen[str], scratch: Path, victim: str
             ]
             done = {e["label"] for e in events if e.get("event") == "result"}
             if started and started[-1] not in done:
-                spec = str(output.parent / "spec.json")
-                ps = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-                pids = [int(line.split()[0]) for line in ps.splitlines() if spec in line]
+                spec = str(output.parent / "spec.json").encode()
+                pids = []
+                for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+                    try:
+                        if spec in cmdline.read_bytes():
+                            pids.append(int(cmdline.parent.name))
+                    except OSError:  # the process ended meanwhile
+                        continue
                 for pid in pids:
                     os.kill(pid, signal.SIGKILL)
                 if pids:
