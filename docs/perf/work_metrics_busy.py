@@ -59,10 +59,10 @@ def git(cwd: Path, *args: str) -> str:
     ).stdout
 
 
-def prepare(parent: Path, variant: str) -> Path:
+def prepare(parent: Path, variant: str, sha: str) -> Path:
     clone = parent / "repo"
     git(parent, "clone", "-q", "--shared", str(ROOT), str(clone))
-    git(clone, "checkout", "-q", "-B", "main", git(ROOT, "rev-parse", "HEAD").strip())
+    git(clone, "checkout", "-q", "-B", "main", sha)
     git(clone, "checkout", "-q", "-b", "feature")
     target = clone / "attention" / "dilated.py"
     target.write_text(target.read_text() + (PLANT if variant == "planted" else COMMENT))
@@ -128,17 +128,18 @@ def main() -> int:
         return 2
     rows: list[dict[str, Any]] = []
     started = datetime.now(timezone.utc)
+    sha = git(ROOT, "rev-parse", "HEAD").strip()  # every repetition measures this commit
     for rep in range(args.repeats):
         for variant in ("planted", "comment") if rep % 2 == 0 else ("comment", "planted"):
             with tempfile.TemporaryDirectory(prefix="pg-busy-") as scratch:
-                clone = prepare(Path(scratch), variant)
+                clone = prepare(Path(scratch), variant, sha)
                 r = run_check(clone, args.busy)
             r.update(repetition=rep + 1, variant=variant, met=met(variant, r))
             rows.append(r)
             print(json.dumps(r), flush=True)
     finished = datetime.now(timezone.utc)
     lines = [
-        f"- **Date**: {started:%Y-%m-%d %H:%M}–{finished:%H:%M} UTC; perfguard at {git(ROOT, 'rev-parse', '--short=10', 'HEAD').strip()}",
+        f"- **Date**: {started:%Y-%m-%d %H:%M}–{finished:%H:%M} UTC; perfguard at {sha[:10]}",
         f"- **Machine**: {os.cpu_count()} cores of {platform.processor() or platform.machine()}, {platform.platform()}, "
         f"Python {platform.python_version()}; {args.busy} busy-loop processes during every check",
         f"- **Command**: `python docs/perf/work_metrics_busy.py --repeats {args.repeats} --busy {args.busy}`",
