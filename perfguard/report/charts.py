@@ -391,7 +391,7 @@ class RatioAxis:
 
     lo: float
     hi: float
-    width: float = 160
+    width: float = 120
 
     def __call__(self, r: float) -> str:
         """The x coordinate of ratio ``r`` (clamped to the axis), as SVG text."""
