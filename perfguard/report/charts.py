@@ -211,7 +211,8 @@ def line_chart(
     factor, suffix = unit_scale(unit, max(abs(data_lo), abs(data_hi)))
     lo, hi, ticks = nice_domain(data_lo / factor, (data_hi * 1.08 or 1.0) / factor)
     labels = tick_labels(ticks)
-    left = max(40.0, CHAR_WIDTH * max(len(t) for t in labels) + 14)
+    # Room for the longest label at twice the size too: small screens draw axis text at 22 px.
+    left = max(48.0, 2 * CHAR_WIDTH * max(len(t) for t in labels) + 8)
     box = Box(width, height, left=left, top=30, right=28, bottom=44)
     y = Linear(lo * factor, hi * factor, box.y0, box.y1)
     x = Linear(0, max(n_commits - 1, 0), box.x0, box.x1)
@@ -247,15 +248,27 @@ def line_chart(
 
 
 def commit_ticks(n_commits: int, labels: Sequence[tuple[str, str]], x: Linear, box: Box) -> list[Tick]:
-    """As many commits as fit without overlapping (a label is about 9 characters wide), evenly
-    spread, the first and the last always; a single commit sits in the middle."""
+    """Every k-th commit, k as small as lets the labels keep a gap between them; the first and
+    the last commit always (the outer labels are anchored inwards, so they need 1.5 widths).
+
+    A single commit sits in the middle.  ``Tick.sub`` is the commit's time, under its sha.
+    """
     if not n_commits:
         return []
     if n_commits == 1:
         return [Tick((box.x0 + box.x1) / 2, labels[0][0], "middle", labels[0][1])]
-    room = max(2, int((box.x1 - box.x0) / (CHAR_WIDTH * 12)) + 1)
-    count = min(n_commits, room)
-    chosen = sorted({round(i * (n_commits - 1) / (count - 1)) for i in range(count)})
+    width = CHAR_WIDTH * max(max(len(a), len(b)) for a, b in labels[:n_commits])
+    per_commit = (box.x1 - box.x0) / (n_commits - 1)
+    inner = width + 16  # between two centred labels
+    outer = 1.5 * width + 16  # between an outer (inward-anchored) label and its neighbour
+    step = max(1, math.ceil(inner / per_commit))
+    chosen = list(range(0, n_commits, step))
+    if chosen[-1] != n_commits - 1:
+        if len(chosen) > 1 and (n_commits - 1 - chosen[-1]) * per_commit < outer:
+            chosen.pop()
+        chosen.append(n_commits - 1)
+    if len(chosen) > 2 and (chosen[1] - chosen[0]) * per_commit < outer:
+        chosen.pop(1)
     out = []
     for k, i in enumerate(chosen):
         anchor = "start" if k == 0 else "end" if k == len(chosen) - 1 else "middle"
