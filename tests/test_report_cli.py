@@ -105,3 +105,43 @@ def test_missing_default_store_is_an_error_not_a_new_file(tmp_path: Path) -> Non
     assert result.returncode == 2
     assert ".perfguard/history.db" in result.stderr and "hint:" in result.stderr
     assert not (tmp_path / ".perfguard").exists()
+
+
+def test_a_damaged_sqlite_file_gets_a_hint_that_says_so(tmp_path: Path) -> None:
+    """ "database disk image is malformed" is a damaged file, not a wrong URL (issue 14)."""
+    path = tmp_path / "history.db"
+    build_check_store(path)
+    data = bytearray(path.read_bytes())
+    page = int.from_bytes(data[16:18], "big")  # the page size, from the SQLite header
+    for offset in range(2 * page, len(data), page):  # keep the schema page, break every b-tree page
+        data[offset : offset + 64] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+    for args in (("--out", str(tmp_path / "site")), ("--check", "1", "--json", "-")):
+        result = perfguard("report", *args, "--db", f"sqlite:///{path}")
+        assert result.returncode == 2, result.stderr
+        assert "database disk image is malformed" in result.stderr
+        hint = result.stderr.split("hint:", 1)[1]
+        assert f"the SQLite file {path} is damaged" in hint and "backup" in hint and ".recover" in hint
+        assert "check the URL" not in hint
+        assert "Traceback" not in result.stderr
+
+
+def test_missing_postgres_driver_names_the_extra(tmp_path: Path) -> None:
+    """Without psycopg, the hint is the install line of perfguard's own extra."""
+    code = (
+        "import runpy, sys; sys.modules['psycopg'] = None; "  # what an import of a missing package does
+        "sys.argv = ['perfguard', 'report', '--out', 'site', '--db', 'postgresql://u:secret@127.0.0.1:1/x']; "
+        "runpy.run_module('perfguard', run_name='__main__')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "no database driver 'psycopg'" in result.stderr
+    assert "pip install 'perfguard[postgres]'" in result.stderr
+    assert "secret" not in result.stderr
