@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -145,3 +147,42 @@ def test_missing_postgres_driver_names_the_extra(tmp_path: Path) -> None:
     assert "no database driver 'psycopg'" in result.stderr
     assert "pip install 'perfguard[postgres]'" in result.stderr
     assert "secret" not in result.stderr
+
+
+def test_reports_are_readable_by_others(tmp_path: Path) -> None:
+    """Issue 14: pr.html / pr.md were written 0600; an artifact or web server must serve them."""
+    checks = build_check_store(tmp_path / "checks.db")
+    out = tmp_path / "r"
+    outputs = [
+        "--markdown",
+        str(out / "pr.md"),
+        "--html",
+        str(out / "pr.html"),
+        "--json",
+        str(out / "pr.json"),
+    ]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "perfguard",
+            "report",
+            "--check",
+            str(checks.mixed_id),
+            "--db",
+            checks.url,
+            *outputs,
+        ],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+        preexec_fn=lambda: os.umask(0o022),
+    )
+    assert result.returncode == 0, result.stderr
+    for name in ("pr.md", "pr.html", "pr.json"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o644, name
+    site = tmp_path / "site"
+    assert perfguard("report", "--out", str(site), "--db", checks.url).returncode == 0
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in site.rglob("*") if p.is_file()}
+    assert modes == {0o644}
