@@ -306,3 +306,88 @@ def test_quotes_are_written_as_quotes() -> None:
     assert "--bench 'Forward" in text  # the repro line, copy-pasteable
     assert "&lt;here&gt; &amp; there" in text  # still no HTML from user text
     assert 'say "hi" it\'s' in text
+
+
+def test_underneath_kernels_are_literal_code_and_bad_entries_are_skipped() -> None:
+    """summary["underneath"] is JSON from the store: names go into code spans as written (cut when
+    long, a backtick cannot close the span), malformed entries are ignored."""
+    from datetime import datetime, timezone
+
+    from perfguard.store import StoredCheck, StoredCheckItem, StoredCommit, StoredMachine
+
+    when = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    kernel = "void at::native::elementwise_kernel<128, 2, `gpu_kernel_impl<AddFunctor<float>>`>(int, Func)"
+    params = {"impl": "ring", "seq_len": 4096, "dtype": "bfloat16"}
+    key = "dtype=bfloat16,impl=ring,seq_len=4096"
+    summary = {
+        "underneath": [
+            "not an object",
+            {
+                "impl": "ring",
+                "benchmark": "bench_attention.Forward.track_time",
+                "params_key": key,
+                "kind": "CUDA kernels",
+                "source": "torch.profiler, retry round",
+                "rows": [
+                    {"name": kernel, "base_count": 12, "head_count": 48, "base_ms": 0.1, "head_ms": 0.4},
+                    {
+                        "name": "flash_fwd_kernel",
+                        "base_count": 1,
+                        "head_count": 1,
+                        "base_ms": 1.5,
+                        "head_ms": 2.25,
+                    },
+                    "junk",
+                ],
+            },
+        ]
+    }
+    commit = StoredCommit(id=1, sha="c" * 40, base_sha="c" * 40, committed_at=when, subject="s")
+    base = StoredCommit(id=2, sha="d" * 40, base_sha="d" * 40, committed_at=when, subject="b")
+    check = StoredCheck(
+        id=9,
+        machine=StoredMachine(id=1, key="h100", kind="cuda", label="H100", attributes={}, first_seen=when),
+        head=commit,
+        base=base,
+        baseline_ref="main",
+        profile="production",
+        threshold=0.2,
+        verdict="regression",
+        exit_code=1,
+        summary=summary,
+        environment={},
+        config={},
+        command="",
+        created_at=when,
+        items=(
+            StoredCheckItem(
+                id=1,
+                benchmark="bench_attention.Forward.track_time",
+                impl="ring",
+                params=params,
+                params_key=key,
+                metric="time",
+                unit="seconds",
+                direction="lower",
+                gated=True,
+                verdict="regression",
+                threshold=0.2,
+                base_value=1e-3,
+                head_value=1.5e-3,
+                ratio=1.5,
+                ci_low=1.45,
+                ci_high=1.55,
+                base_n=50,
+                head_n=50,
+            ),
+        ),
+    )
+    text = render_markdown(check)
+    line = next(ln for ln in text.splitlines() if "what changed underneath" in ln)
+    assert line.startswith(
+        "  - what changed underneath (CUDA kernels, torch.profiler, retry round): +36 × `void"
+    )
+    code = re.findall(r"`([^`]*)`", line)
+    assert len(code) == 2 and code[0].endswith("…") and len(code[0]) == 80
+    assert "&lt;" not in code[0] and "<128, 2, ˋgpu_kernel_impl" in code[0]  # literal, backtick replaced
+    assert "1.5 → 2.25 ms `flash_fwd_kernel`" in line

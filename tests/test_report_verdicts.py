@@ -105,3 +105,15 @@ def test_every_derived_item_has_its_timings_verdict() -> None:
         ]
         for impl, verdicts in by_impl(compare_suite(base, head, CONFIG).items).items():
             assert verdicts[TOKENS] == verdicts[TFLOPS] == verdicts[FWD], (seed, impl, verdicts)
+
+
+def test_report_and_compare_agree_on_what_is_derived() -> None:
+    """The report keeps its own copy (compare imports scipy); the two must never drift apart."""
+    from perfguard.compare import DERIVED_FROM
+    from perfguard.report import formatting
+
+    assert formatting.DERIVED_FROM == DERIVED_FROM
+    for name in DERIVED_FROM:
+        assert formatting.derived_source(f"bench_attention.{name}") == derived_source(
+            f"bench_attention.{name}"
+        )
