@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 from pathlib import Path
@@ -223,3 +224,23 @@ def test_csv_cells_never_start_a_formula(tmp_path: Path) -> None:
     # The JSON download keeps the names as they were measured.
     doc = json.loads((tmp_path / "site" / "data" / "history.json").read_text(encoding="utf-8"))
     assert doc["series"][0]["benchmark"] == names["benchmark"]
+
+
+@pytest.mark.parametrize("n_commits", [1, 2, 3, 5, 12, 40, 137, 1000])
+def test_commit_labels_never_overlap(n_commits: int) -> None:
+    """x labels (short sha over the time) keep a gap at every history length; first and last shown."""
+    from perfguard.report.charts import CHAR_WIDTH, Box, Linear, commit_ticks
+
+    box = Box(800, 260, left=48, top=30, right=28, bottom=44)
+    x = Linear(0, max(n_commits - 1, 0), box.x0, box.x1)
+    labels = [(f"{i:08x}", "03-01 09:00") for i in range(n_commits)]
+    ticks = commit_ticks(n_commits, labels, x, box)
+    assert ticks[0].label == labels[0][0] and ticks[-1].label == labels[-1][0]
+    width = CHAR_WIDTH * 11
+    spans = []
+    for t in ticks:
+        left = {"start": t.px, "middle": t.px - width / 2, "end": t.px - width}[t.anchor]
+        spans.append((left, left + width))
+        assert left >= 0 and left + width <= box.width
+    for (_, right), (left, _) in itertools.pairwise(spans):
+        assert left - right >= 8, (n_commits, spans)

@@ -263,11 +263,11 @@ def commit_ticks(n_commits: int, labels: Sequence[tuple[str, str]], x: Linear, b
     outer = 1.5 * width + 16  # between an outer (inward-anchored) label and its neighbour
     step = max(1, math.ceil(inner / per_commit))
     chosen = list(range(0, n_commits, step))
-    if chosen[-1] != n_commits - 1:
-        if len(chosen) > 1 and (n_commits - 1 - chosen[-1]) * per_commit < outer:
-            chosen.pop()
-        chosen.append(n_commits - 1)
-    if len(chosen) > 2 and (chosen[1] - chosen[0]) * per_commit < outer:
+    last = n_commits - 1
+    while len(chosen) > 1 and (last - chosen[-1]) * per_commit < outer:
+        chosen.pop()
+    chosen.append(last)
+    while len(chosen) > 2 and (chosen[1] - chosen[0]) * per_commit < outer:
         chosen.pop(1)
     out = []
     for k, i in enumerate(chosen):
