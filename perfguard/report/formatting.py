@@ -127,6 +127,11 @@ def format_amount(value: float | None, unit: str) -> str:
     return format_value(value, unit)
 
 
+def count(n: int, noun: str) -> str:
+    """``1 commit``, ``12 commits``: a count with its noun (plural by an ``s``)."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def format_ratio(ratio: float | None) -> str:
     """Ratio of medians as ``×1.23`` (the verdict engine orients it so that > 1 is worse)."""
     return "–" if ratio is None else f"×{ratio:.3f}" if ratio < 10 else f"×{ratio:.1f}"

@@ -112,6 +112,7 @@ def environment() -> Environment:
     env.filters.update(
         value=formatting.format_value,
         amount=formatting.format_amount,
+        count=formatting.count,
         ratio=formatting.format_ratio,
         change=formatting.format_change,
         interval=formatting.format_interval,
