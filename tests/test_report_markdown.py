@@ -102,6 +102,10 @@ def test_planted_regression_comment_is_short_and_names_the_implementation_first(
         check = load_check(store, readme.planted_id)
     lines = text.splitlines()
     assert len(lines) <= 40, f"{len(lines)} lines:\n{text}"
+    with Store.open(readme.url) as store:  # without a link too (the job summary)
+        unlinked = render_markdown(load_check(store, readme.planted_id), store=store)
+    assert len(unlinked.splitlines()) <= 40
+    assert "each in the HTML and JSON reports" in unlinked
     gated = [i for i in check.items if i.gated and i.verdict == "regression"]
     derived = [i for i in check.items if not i.gated and i.verdict == "regression"]
     assert lines[1] == f"### ❌ perfguard: {len(gated)} regressions (gated) · {len(derived)} derived"

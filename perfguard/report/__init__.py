@@ -9,8 +9,8 @@ report_url=None) -> str``
     it in place; pass a per-machine marker when several GPU runners comment on one PR.  Visible:
     the headline over the gated items (``perfguard: 2 regressions (gated) · 4 derived``), the
     failing implementations with what changed underneath, one line for the rest, why anything is
-    unstable; collapsed: the results grid, the environment, the repro lines.  ``report_url`` (the
-    full HTML report) is linked, and then the grid lists only the rows with news.  It stays within
+    unstable; collapsed: the results grid (only the rows with news when there are more than 12
+    rows or a ``report_url`` to the full HTML report), the environment, the repro lines.  It stays within
     ``max_chars`` UTF-16 units (GitHub's comment limit is 65,536): rows are dropped from the end
     with a note saying how many.
 

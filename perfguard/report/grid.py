@@ -15,6 +15,9 @@ from typing import Any
 from perfguard.report import formatting
 from perfguard.report.items import VERDICT_ORDER, ItemView, column_order
 
+#: Up to this many rows the Markdown lists every row, even the unchanged ones.
+FULL_GRID_ROWS = 12
+
 
 @dataclass(frozen=True)
 class GridRow:
@@ -38,6 +41,15 @@ class ResultGrid:
     @property
     def notable_rows(self) -> list[GridRow]:
         return [r for r in self.rows if r.notable]
+
+    def listed(self, *, linked: bool) -> list[GridRow]:
+        """The rows the Markdown lists: all of them, unless the rows with news are only a part of
+        many (more than ``FULL_GRID_ROWS``) or a link leads to the full report; then those, and
+        one line for the rest."""
+        notable = self.notable_rows
+        if notable and (linked or len(self.rows) > FULL_GRID_ROWS):
+            return notable
+        return self.rows
 
     @property
     def quiet_rows(self) -> list[GridRow]:
