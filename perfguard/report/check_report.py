@@ -17,7 +17,7 @@ import re
 import shlex
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from perfguard.report.charts import RatioAxis, ratio_axis
@@ -89,7 +89,6 @@ class CheckReport:
     retry: RetryStory | None
     site_url: str | None = None
     report_url: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def primary(self) -> list[ItemView]:
