@@ -279,7 +279,14 @@ def change_note(s: Series) -> str:
     )
     if None not in (prev.low, prev.high, last.low, last.high):
         apart = last.low > prev.high or last.high < prev.low  # type: ignore[operator]
-        text += "; their ≈95% intervals " + ("do not overlap" if apart else "overlap")
+        if apart:
+            text += (
+                "; their ≈95% intervals do not overlap, but they measure the noise within one session, "
+                "not between sessions (perfguard check re-measures both sides interleaved before it "
+                "calls a regression)"
+            )
+        else:
+            text += "; their ≈95% intervals overlap: within the noise of these two measurements"
     return text + "."
 
 
