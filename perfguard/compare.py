@@ -93,6 +93,12 @@ WORK_METRICS = frozenset({"flops", "ops", "kernels", "allocated"})
 DETERMINISTIC_METRICS = frozenset({"memory"}) | WORK_METRICS
 #: Metrics that are reported, not gated, unless an override says ``gate = true``.
 REPORTED_METRICS = frozenset({"throughput", "efficiency"})
+#: Reported numbers computed from another benchmark's samples (asvrun derives them from the forward
+#: samples): one measurement gets one verdict, its source's (DESIGN.md, "Verdicts").
+DERIVED_FROM = {
+    "Throughput.track_tokens_per_second": "Forward.track_time",
+    "Throughput.track_tflops": "Forward.track_time",
+}
 
 _LABELS = {
     "Forward.track_time": "forward time",
@@ -132,6 +138,16 @@ def params_key(params: Mapping[str, Any]) -> str:
         text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
         parts.append(f"{name}={text}")
     return ",".join(parts)
+
+
+def derived_source(benchmark: str) -> str | None:
+    """The benchmark a derived one is computed from, with the same asv module, or None.
+
+    ``bench_attention.Throughput.track_tflops`` -> ``bench_attention.Forward.track_time``.
+    """
+    parts = benchmark.split(".")
+    source = DERIVED_FROM.get(".".join(parts[-2:]))
+    return None if source is None else ".".join([*parts[:-2], source])
 
 
 def describe(benchmark: str, metric: str) -> str:
@@ -836,9 +852,39 @@ def compare_suite(
     item if it has no benchmark).  With retries enabled, call :func:`apply_retry` with the
     re-measurement of ``suspects`` before using ``exit_code``.
     """
-    items = _compare(base, head, config, broken_impls)
+    items = _follow_sources(_compare(base, head, config, broken_impls))
     suspects = sorted((i for i in items if _is_suspect(i, config)), key=lambda i: -(i.ratio or 0.0))
     return SuiteComparison(items=tuple(items), suspects=tuple(suspects))
+
+
+def _source_key(item: Item) -> tuple[str, str] | None:
+    """The key of the timing a reported, derived item comes from (None: not derived, or gated)."""
+    source = derived_source(item.benchmark)
+    if source is None or item.gated or item.metric not in REPORTED_METRICS:
+        return None
+    return (source, item.params_key)
+
+
+def _follow_sources(items: Sequence[Item]) -> list[Item]:
+    """Derived items take their source timing's verdict: one measurement, one verdict.
+
+    tokens/s and TFLOP/s are the forward samples seen through a constant; a verdict of their own
+    (other p-value, other interval, no re-measurement) could only contradict the timing's.
+    """
+    by_key = {i.key: i for i in items}
+    out = []
+    for item in items:
+        key = _source_key(item)
+        source = by_key.get(key) if key is not None else None
+        if source is None:
+            out.append(item)
+            continue
+        label = describe(source.benchmark, source.metric)
+        own = item.reason.split("; verdict of ", 1)[0]
+        out.append(
+            replace(item, verdict=source.verdict, reason=f"{own}; verdict of {label}: {source.verdict}")
+        )
+    return out
 
 
 def decide_after_retry(first: Item, retry: Item) -> Item:
@@ -887,16 +933,21 @@ def apply_retry(
     its reason says so.
     """
     wanted = set(first.suspect_keys)
-    retried = {i.key: i for i in _compare(base, head, config, only=wanted)}
+    # Derived items of a suspect come from the same re-measured samples: their numbers follow too.
+    followers = {i.key for i in first.items if _source_key(i) in wanted}
+    retried = {i.key: i for i in _compare(base, head, config, only=wanted | followers)}
     out = []
     for item in first.items:
-        if item.key not in wanted:
+        if item.key in followers and item.key in retried:
+            again = retried[item.key]
+            out.append(replace(again, retried=True, first=item, reason=f"re-measured: {again.reason}"))
+        elif item.key not in wanted:
             out.append(item)
         elif item.key in retried:
             out.append(decide_after_retry(item, retried[item.key]))
         else:
             out.append(replace(item, reason=f"{item.reason}; suspect, but not re-measured"))
-    return SuiteComparison(items=tuple(out), suspects=())
+    return SuiteComparison(items=tuple(_follow_sources(out)), suspects=())
 
 
 def geometric_mean_ratio(items: Iterable[Item]) -> float | None:

@@ -269,7 +269,7 @@ class CheckFacts:
     url: str
     mixed_id: int = 0  # every verdict, an XSS benchmark name, different software on the two sides
     quiet_id: int = 0  # every item unchanged
-    big_id: int = 0  # thousands of items: the Markdown must be cut to GitHub's limit
+    big_id: int = 0  # thousands of unstable items: the Markdown must be cut to GitHub's limit
     big_items: int = 0
 
 
@@ -394,8 +394,8 @@ def build_check_store(path: Path) -> CheckFacts:
         facts.quiet_id = check(
             "pass", 0, [_item(fwd, impl, n, "unchanged", 1.01) for impl in IMPLS for n in SEQ_LENS]
         )
-        many = [
-            _item(fwd, f"impl_{k:04d}_with_a_rather_long_name", 1024 * (1 + k % 8), "unchanged", 1.0)
+        many = [  # all of them news: the Markdown cannot fold them into one line
+            _item(fwd, f"impl_{k:04d}_with_a_rather_long_name", 1024 * (1 + k % 8), "unstable", 1.1)
             for k in range(1500)
         ]
         many[7] = _item(fwd, "ring", 4096, "regression", 1.5)

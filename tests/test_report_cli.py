@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +107,82 @@ def test_missing_default_store_is_an_error_not_a_new_file(tmp_path: Path) -> Non
     assert result.returncode == 2
     assert ".perfguard/history.db" in result.stderr and "hint:" in result.stderr
     assert not (tmp_path / ".perfguard").exists()
+
+
+def test_a_damaged_sqlite_file_gets_a_hint_that_says_so(tmp_path: Path) -> None:
+    """ "database disk image is malformed" is a damaged file, not a wrong URL (issue 14)."""
+    path = tmp_path / "history.db"
+    build_check_store(path)
+    data = bytearray(path.read_bytes())
+    page = int.from_bytes(data[16:18], "big")  # the page size, from the SQLite header
+    for offset in range(2 * page, len(data), page):  # keep the schema page, break every b-tree page
+        data[offset : offset + 64] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+    for args in (("--out", str(tmp_path / "site")), ("--check", "1", "--json", "-")):
+        result = perfguard("report", *args, "--db", f"sqlite:///{path}")
+        assert result.returncode == 2, result.stderr
+        assert "database disk image is malformed" in result.stderr
+        hint = result.stderr.split("hint:", 1)[1]
+        assert f"the SQLite file {path} is damaged" in hint and "backup" in hint and ".recover" in hint
+        assert "check the URL" not in hint
+        assert "Traceback" not in result.stderr
+
+
+def test_missing_postgres_driver_names_the_extra(tmp_path: Path) -> None:
+    """Without psycopg, the hint is the install line of perfguard's own extra."""
+    code = (
+        "import runpy, sys; sys.modules['psycopg'] = None; "  # what an import of a missing package does
+        "sys.argv = ['perfguard', 'report', '--out', 'site', '--db', 'postgresql://u:secret@127.0.0.1:1/x']; "
+        "runpy.run_module('perfguard', run_name='__main__')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "no database driver 'psycopg'" in result.stderr
+    assert "pip install 'perfguard[postgres]'" in result.stderr
+    assert "secret" not in result.stderr
+
+
+def test_reports_are_readable_by_others(tmp_path: Path) -> None:
+    """Issue 14: pr.html / pr.md were written 0600; an artifact or web server must serve them."""
+    checks = build_check_store(tmp_path / "checks.db")
+    out = tmp_path / "r"
+    outputs = [
+        "--markdown",
+        str(out / "pr.md"),
+        "--html",
+        str(out / "pr.html"),
+        "--json",
+        str(out / "pr.json"),
+    ]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "perfguard",
+            "report",
+            "--check",
+            str(checks.mixed_id),
+            "--db",
+            checks.url,
+            *outputs,
+        ],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+        preexec_fn=lambda: os.umask(0o022),
+    )
+    assert result.returncode == 0, result.stderr
+    for name in ("pr.md", "pr.html", "pr.json"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o644, name
+    site = tmp_path / "site"
+    assert perfguard("report", "--out", str(site), "--db", checks.url).returncode == 0
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in site.rglob("*") if p.is_file()}
+    assert modes == {0o644}

@@ -111,11 +111,14 @@ def test_json_environment_and_repro(store: Store, checks: CheckFacts) -> None:
     assert doc["head"]["sha"] == "a" * 40 and doc["base"]["sha"] == "b" * 40
     assert doc["machine"]["key"] == "nvidia-h100-80gb-hbm3-x1"
     assert doc["verdict"] == "regression" and doc["exit_code"] == 1
-    assert doc["headline"].startswith("perfguard: 2 regressions")
+    assert doc["headline"] == "perfguard: 2 regressions, 1 broken (gated)"
+    assert doc["aa"] is False
+    assert doc["counts_by_role"]["gated"]["regression"] == 2
 
 
 def test_quiet_json(store: Store, checks: CheckFacts) -> None:
     doc = check_to_json(load_check(store, checks.quiet_id), store=store)
     assert doc["counts"] == {"unchanged": 9}
-    assert doc["headline"] == "perfguard: no regressions: 9 benchmarks unchanged"
+    assert doc["headline"] == "perfguard: no regressions (gated) · 9 unchanged"
+    assert doc["counts_by_role"] == {"gated": {"unchanged": 9}}
     assert doc["environment"]["differs"] != []  # same two commits: the sides' software differs

@@ -150,7 +150,7 @@ def test_stored_check_reports_read_the_environment_through_the_store(url: str) -
         markdown = render_markdown(stored, store=store)
         doc = check_to_json(stored, store=store)
         html = render_html(stored, store=store)
-    assert markdown.startswith("<!-- perfguard-report -->\n### ❌ perfguard: 1 regression (1 unchanged)")
+    assert markdown.startswith("<!-- perfguard-report -->\n### ❌ perfguard: 1 regression (gated)\n")
     assert "torch 2.13.0 → 2.13.1" in markdown
     assert {d["key"] for d in doc["environment"]["differs"]} == {"torch"}
     assert doc["items"][0]["impl"] == "ring" and doc["items"][0]["ratio"] == 1.4

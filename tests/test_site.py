@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 from pathlib import Path
@@ -170,3 +171,76 @@ def test_empty_store_renders_an_empty_site(tmp_path: Path) -> None:
     index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
     assert "No results are stored yet" in index
     assert math.isfinite(summary.seconds)
+
+
+def test_csv_cells_never_start_a_formula(tmp_path: Path) -> None:
+    """D10: user-controlled names that a spreadsheet would run are written as text (OWASP)."""
+    from datetime import datetime, timezone
+
+    from perfguard.store import CommitRecord, MachineRecord, ResultRecord
+
+    names = {
+        "benchmark": '=HYPERLINK("http://evil.example","click")',
+        "impl": "+cmd|' /C calc'!A0",
+        "method": "@SUM(1+1)*cmd|' /C calc'!A0",
+        "machine": "-2+3+cmd",
+        "unit": "\tseconds",
+    }
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    when = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    with Store.open(url) as store:
+        store.record_run(
+            MachineRecord(key=names["machine"], kind="cpu", label="m"),
+            CommitRecord(sha="a" * 40, base_sha="a" * 40, branch="main", committed_at=when),
+            profile="quick",
+            software={},
+            fingerprint={},
+            settings={},
+            started_at=when,
+            finished_at=when,
+            results=[
+                ResultRecord(
+                    benchmark=names["benchmark"],
+                    impl=names["impl"],
+                    params={"impl": names["impl"], "seq_len": 512},
+                    metric="time",
+                    unit=names["unit"],
+                    direction="lower",
+                    gated=True,
+                    samples=[1e-3, 1.1e-3, 0.9e-3],
+                    method=names["method"],
+                )
+            ],
+        )
+    build_site(url, tmp_path / "site")
+    with (tmp_path / "site" / "data" / "history.csv").open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 1
+    (row,) = rows
+    for field, name in names.items():
+        assert row[field] == "'" + name, (field, row[field])
+    for field, cell in row.items():
+        assert not cell.startswith(("=", "+", "@", "\t", "\r")), (field, cell)
+    # The JSON download keeps the names as they were measured.
+    doc = json.loads((tmp_path / "site" / "data" / "history.json").read_text(encoding="utf-8"))
+    assert doc["series"][0]["benchmark"] == names["benchmark"]
+
+
+@pytest.mark.parametrize("n_commits", [1, 2, 3, 5, 12, 40, 137, 1000])
+def test_commit_labels_never_overlap(n_commits: int) -> None:
+    """x labels (short sha over the time) keep a gap at every history length; first and last shown."""
+    from perfguard.report.charts import CHAR_WIDTH, Box, Linear, commit_ticks
+
+    box = Box(800, 260, left=48, top=30, right=28, bottom=44)
+    x = Linear(0, max(n_commits - 1, 0), box.x0, box.x1)
+    labels = [(f"{i:08x}", "03-01 09:00") for i in range(n_commits)]
+    ticks = commit_ticks(n_commits, labels, x, box)
+    assert ticks[0].label == labels[0][0] and ticks[-1].label == labels[-1][0]
+    width = CHAR_WIDTH * 11
+    spans = []
+    for t in ticks:
+        left = {"start": t.px, "middle": t.px - width / 2, "end": t.px - width}[t.anchor]
+        spans.append((left, left + width))
+        assert left >= 0 and left + width <= box.width
+    for (_, right), (left, _) in itertools.pairwise(spans):
+        assert left - right >= 8, (n_commits, spans)

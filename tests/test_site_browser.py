@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pytest
 from browser_support import MOBILE, Visit, open_page
+from report_readme import ReadmeFacts, build_readme_store
 from report_store import FORWARD, MEMORY, REGRESSED_AT, XSS, HistoryFacts, build_history_store, params_key
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
@@ -317,5 +319,170 @@ def test_mobile_width_stays_readable(site: tuple[HistoryFacts, Path], name: str)
         size = visit.page.evaluate("parseFloat(getComputedStyle(document.querySelector('main')).fontSize)")
         assert size >= 13
         visit.screenshot(f"site-{name.removesuffix('.html')}-mobile")
+    finally:
+        visit.close()
+
+
+# --- the README flow's site: one commit, then two (issue 14) ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def readme_sites(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[ReadmeFacts, Path]]:
+    out = {}
+    for commits in (1, 2):
+        root = tmp_path_factory.mktemp(f"readme-site-{commits}")
+        facts = build_readme_store(root / "history.db", commits=commits)
+        build_site(facts.url, root / "site")
+        out[commits] = (facts, root / "site")
+    return out
+
+
+def _sample_pages(site_dir: Path) -> list[Path]:
+    """One page per benchmark (every metric, derived and work metrics included)."""
+    seen: dict[str, Path] = {}
+    for path in sorted((site_dir / "bench").glob("*.html")):
+        bench = re.search(r'data-benchmark="([^"]+)"', path.read_text(encoding="utf-8"))
+        assert bench is not None
+        seen.setdefault(bench.group(1), path)
+    return list(seen.values())
+
+
+def _screen_xy(visit: Visit, figure: Any, x: float, y: float) -> tuple[float, float]:
+    return visit.page.evaluate(
+        """([fig, x, y]) => {
+            const svg = fig.querySelector('svg');
+            const pt = svg.createSVGPoint(); pt.x = x; pt.y = y;
+            const p = pt.matrixTransform(svg.getScreenCTM());
+            return [p.x, p.y];
+        }""",
+        [figure.element_handle(), x, y],
+    )
+
+
+def test_one_commit_site_shows_one_visible_point_per_series_with_a_tooltip(
+    readme_sites: dict[int, tuple[ReadmeFacts, Path]],
+) -> None:
+    facts, site_dir = readme_sites[1]
+    pages = _sample_pages(site_dir)
+    assert len(pages) >= 10  # time, tokens/s, TFLOP/s and the work metrics each have pages
+    visit = open_page(pages[0].as_uri())
+    try:
+        for path in pages:
+            visit.goto(path.as_uri())
+            visit.assert_clean()
+            for figure in visit.page.locator("figure.chart[data-points]").all():
+                dots = figure.locator("path.points")
+                d = dots.get_attribute("d")
+                match = re.fullmatch(r"M([\d.]+),([\d.]+)h0", d)
+                assert match is not None, (path.name, d)  # exactly one point
+                x, y = float(match.group(1)), float(match.group(2))
+                figure.scroll_into_view_if_needed()
+                sx, sy = _screen_xy(visit, figure, x, y)
+                # The dot is painted there: the browser's hit test finds it (a bare polyline of one
+                # point draws nothing).
+                hit = visit.page.evaluate(
+                    "([x, y]) => { const e = document.elementFromPoint(x, y); "
+                    "return e.tagName + ' ' + e.getAttribute('class'); }",
+                    [sx, sy],
+                )
+                assert hit is not None and "points" in hit, (path.name, hit)
+                # Hovering it reads out the commit, its date and time, and the value.
+                visit.page.mouse.move(sx, sy)
+                tip = figure.locator(".tip")
+                tip.wait_for(state="visible")
+                text = tip.inner_text()
+                assert short_sha(facts.main_shas[0]) in text
+                assert "2026-11-24 09:00 UTC" in text
+                assert figure.get_attribute("data-machine") and "value " in text
+            # One commit: too few for a change, and the page says so instead of "no change".
+            note = visit.page.locator(".change-note").first.inner_text()
+            assert "1 commit measured" in note
+        visit.goto(pages[0].as_uri())
+        visit.screenshot("site-one-commit")
+    finally:
+        visit.close()
+
+
+def test_two_commits_read_from_zero_by_commit_with_an_honest_note(
+    readme_sites: dict[int, tuple[ReadmeFacts, Path]],
+) -> None:
+    facts, site_dir = readme_sites[2]
+    key = params_key({"impl": facts.step_impl, "seq_len": 512, "dtype": "float32"})
+    visit = open_page(page_for(site_dir, FORWARD, key).as_uri())
+    try:
+        visit.assert_clean()
+        svg = visit.page.locator("figure.chart svg.line-chart").first
+        assert float(svg.get_attribute("data-y-lo")) == 0.0  # y from zero: no cliff out of noise
+        # x: the machine's commits in commit order, named by short sha and time.
+        labels = svg.locator("text.commit").all_text_contents()
+        assert labels == [short_sha(sha) for sha in facts.main_shas]
+        assert svg.locator("text.commit-date").all_text_contents() == ["11-24 09:00", "11-24 12:00"]
+        # The +21% step between two commits is stated, not hidden under "no change".
+        note = visit.page.locator(".change-note").inner_text()
+        assert re.search(r"too few for step detection .* \+2\d\.\d% from the previous commit", note), note
+        assert "No change" not in visit.page.locator("main").inner_text()
+        visit.screenshot("site-two-commits")
+    finally:
+        visit.close()
+
+
+def test_axis_labels_stay_inside_their_charts(readme_sites: dict[int, tuple[ReadmeFacts, Path]]) -> None:
+    """Issue 14: a TFLOP/s label was clipped to ".0100"; every tick label must fit its viewBox."""
+    _, site_dir = readme_sites[2]
+    pages = [site_dir / "compare.html", site_dir / "memory.html", site_dir / "work.html"]
+    pages += _sample_pages(site_dir)
+    visit = open_page(pages[0].as_uri())
+    try:
+        for path in pages:
+            visit.goto(path.as_uri())
+            outside = visit.page.evaluate(
+                """() => {
+                    const bad = [];
+                    for (const svg of document.querySelectorAll('svg.loglog, svg.line-chart')) {
+                        const vb = svg.viewBox.baseVal;
+                        for (const t of svg.querySelectorAll('text')) {
+                            const b = t.getBBox();
+                            if (b.width === 0) continue;
+                            const right = vb.x + vb.width + 0.5;
+                            if (b.x < vb.x - 0.5 || b.x + b.width > right) bad.push(t.textContent);
+                        }
+                    }
+                    return bad;
+                }"""
+            )
+            assert outside == [], (path.name, outside)
+        visit.goto((site_dir / "compare.html").as_uri())
+        labels = visit.page.locator("section.group svg.loglog .axis text").all_text_contents()
+        assert any(label.endswith("FLOP/s") for label in labels)
+        visit.screenshot("site-compare-readme")
+    finally:
+        visit.close()
+
+
+def test_work_metrics_have_their_pages(readme_sites: dict[int, tuple[ReadmeFacts, Path]]) -> None:
+    _, site_dir = readme_sites[1]
+    visit = open_page((site_dir / "work.html").as_uri())
+    try:
+        visit.assert_clean()
+        titles = visit.page.locator("section.group h2").all_inner_texts()
+        for label in (
+            "forward FLOPs",
+            "forward aten ops",
+            "forward bytes allocated",
+            "forward+backward FLOPs",
+        ):
+            assert any(t.startswith(label) for t in titles), titles
+        flops = visit.page.locator("section.group").filter(has_text="forward FLOPs · dtype").first
+        exponents = [float(e) for e in flops.locator("td.exponent").all_inner_texts()]
+        assert exponents and all(abs(e - 2.0) < 0.01 for e in exponents)  # 4·n²·h·d FLOPs
+        visit.screenshot("site-work")
+        # The index shows the gated timings; tokens/s, TFLOP/s and work metrics are one click away.
+        visit.goto((site_dir / "index.html").as_uri())
+        rows = visit.page.locator("table.index tr.series-row")
+        shown = [r for r in rows.all() if r.is_visible()]
+        assert len(shown) == 9 * 2 * 2  # forward and forward+backward time x 2 lengths
+        visit.page.locator("label[for=show-all-series]").click()
+        assert sum(1 for r in rows.all() if r.is_visible()) == rows.count() > len(shown)
+        assert visit.page.get_by_text("forward aten ops").first.is_visible()
     finally:
         visit.close()

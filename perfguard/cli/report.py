@@ -69,6 +69,7 @@ def report(
 
 def _render(store: Any, out_dir: Path | None, check_id: int | None, outputs: dict[str, Path | None]) -> None:
     from perfguard.report import build_site, check_to_json, load_check, render_html, render_markdown
+    from perfguard.report.formatting import count
 
     if check_id is not None:
         check = load_check(store, check_id)
@@ -80,9 +81,10 @@ def _render(store: Any, out_dir: Path | None, check_id: int | None, outputs: dic
             _write(outputs["json"], json.dumps(check_to_json(check, store=store), indent=2) + "\n")
     if out_dir is not None:
         summary = build_site(store, out_dir)
+        marked = count(summary.step_marks + summary.check_marks, "change")
         click.echo(
-            f"wrote {summary.pages} pages ({summary.series} series over {summary.commits} commits on "
-            f"{summary.machines} machines; {summary.step_marks + summary.check_marks} changes marked) "
+            f"wrote {count(summary.pages, 'page')} ({summary.series} series over "
+            f"{count(summary.commits, 'commit')} on {count(summary.machines, 'machine')}; {marked} marked) "
             f"to {out_dir} in {summary.seconds:.1f} s; open {out_dir / 'index.html'}",
             err=True,
         )

@@ -6,14 +6,18 @@ Reports only *read* the store.  The API for ``perfguard check`` and other caller
 report_url=None) -> str``
     GitHub-flavoured Markdown for ``$GITHUB_STEP_SUMMARY`` and the sticky PR comment.  The first
     line is always ``marker`` (a hidden HTML comment) so a workflow can find its comment and edit
-    it in place; pass a per-machine marker when several GPU runners comment on one PR.  When every
-    item is unchanged or skipped it is one line (``no regressions: N benchmarks unchanged``) plus
-    a collapsed ``<details>``.  It stays within ``max_chars`` UTF-16 units (GitHub's comment limit
-    is 65,536): table rows are dropped from the end with a note saying how many.
+    it in place; pass a per-machine marker when several GPU runners comment on one PR.  Visible:
+    the headline over the gated items (``perfguard: 2 regressions (gated) · 4 derived``), the
+    failing implementations with what changed underneath, one line for the rest, why anything is
+    unstable; collapsed: the results grid (only the rows with news when there are more than 12
+    rows or a ``report_url`` to the full HTML report), the environment, the repro lines.  It stays within
+    ``max_chars`` UTF-16 units (GitHub's comment limit is 65,536): rows are dropped from the end
+    with a note saying how many.
 
 ``render_html(check, *, site_url=None) -> str``
     One self-contained HTML page: inline CSS and JS, a Content-Security-Policy that allows
-    nothing but those two blocks, no request of any kind.
+    nothing but those two blocks, no request of any kind.  Its results table fits 1280 px; the
+    statistics columns come on demand.
 
 ``check_to_json(check) -> dict``
     The same data as plain JSON types (schema ``perfguard-check-report/1``, documented in

@@ -71,6 +71,17 @@ def nice_domain(lo: float, hi: float, count: int = 5) -> tuple[float, float, lis
     return start, stop, ticks
 
 
+def tick_labels(ticks: Sequence[float]) -> list[str]:
+    """Evenly spaced ticks with one number of decimals (``0``, ``0.50``, ``1.00``, ``1.50``)."""
+    if len(ticks) < 2:
+        return [sig3(t) if t else "0" for t in ticks]
+    step = abs(ticks[1] - ticks[0])
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9)) if step > 0 else 0
+    if step > 0 and round(step * 10**decimals) != step * 10**decimals:  # 2.5 steps need one more
+        decimals += 1
+    return ["0" if t == 0 else f"{t:,.{decimals}f}" for t in ticks]
+
+
 @dataclass(frozen=True)
 class Box:
     """The plot area inside the viewBox."""
@@ -131,6 +142,7 @@ class Tick:
     px: float
     label: str
     anchor: str = "middle"
+    sub: str = ""  # a second line under the label (x axis: the commit's date)
 
 
 @dataclass
@@ -147,12 +159,13 @@ class Marker:
 
 @dataclass
 class LineChart:
-    """A series over commits: line, confidence band, verdict markers, axes."""
+    """A series over commits: points, line, confidence band, verdict markers, axes."""
 
     box: Box
     y_lo: float
     y_hi: float
     polyline: str
+    points: str  # one zero-length subpath per point, drawn as a dot by a round line cap
     band: str
     xs: list[float]
     ys: list[float]
@@ -161,6 +174,14 @@ class LineChart:
     markers: list[Marker] = field(default_factory=list)
     failures: list[Tick] = field(default_factory=list)  # x of commits whose result failed
     suffix: str = ""
+    dense: bool = False  # many points: smaller dots
+
+
+#: Text width of one character of the charts' 11 px axis labels, in viewBox units (generous, so
+#: a label never reaches the edge: issue 14 saw a TFLOP/s label clipped to ".0100").
+CHAR_WIDTH = 6.6
+#: Above this many points a series' dots shrink (the line carries the shape).
+DENSE_POINTS = 150
 
 
 def line_chart(
@@ -170,25 +191,29 @@ def line_chart(
     highs: Sequence[float | None],
     *,
     n_commits: int,
-    commit_dates: Sequence[str],
+    commit_labels: Sequence[tuple[str, str]],
     unit: str,
     failed_positions: Sequence[int] = (),
     width: float = 800,
     height: float = 260,
 ) -> LineChart:
-    """Geometry of one series: ``positions`` index the machine's commits (x), ``values`` are y."""
-    box = Box(width, height, left=66, top=30, right=24, bottom=34)
-    candidates = (
-        [v for v in values] + [v for v in lows if v is not None] + [v for v in highs if v is not None]
-    )
-    data_lo, data_hi = (min(candidates), max(candidates)) if candidates else (0.0, 1.0)
-    # At least ±10% around the middle: a flat, quiet series must look flat, not like noise blown
-    # up to the full height (the PR gate's threshold is 20%, so that is the scale that matters).
-    mid = (data_lo + data_hi) / 2
-    if data_hi - data_lo < 0.2 * abs(mid):
-        data_lo, data_hi = mid - 0.1 * abs(mid), mid + 0.1 * abs(mid)
+    """Geometry of one series: ``positions`` index the machine's commits (x), ``values`` are y.
+
+    The x axis is the machine's commits in commit order, evenly spaced (asv's "even spacing"),
+    labelled with the short sha and, under it, the commit time (``commit_labels``: one
+    ``(sha, time)`` per commit).  The y axis starts at zero, as asv's does unless zoomed: a 21%
+    step between two noisy commits must not look like a cliff.  Every point is drawn as a dot, so
+    a series of one commit is visible.
+    """
+    candidates = [*values, *(v for v in highs if v is not None)]
+    data_hi = max(candidates) if candidates else 1.0
+    data_lo = min([*candidates, 0.0])  # a negative value would still be shown
     factor, suffix = unit_scale(unit, max(abs(data_lo), abs(data_hi)))
-    lo, hi, ticks = nice_domain(data_lo / factor, data_hi / factor)
+    lo, hi, ticks = nice_domain(data_lo / factor, (data_hi * 1.08 or 1.0) / factor)
+    labels = tick_labels(ticks)
+    # Room for the longest label at twice the size too: small screens draw axis text at 22 px.
+    left = max(48.0, 2 * CHAR_WIDTH * max(len(t) for t in labels) + 8)
+    box = Box(width, height, left=left, top=30, right=28, bottom=44)
     y = Linear(lo * factor, hi * factor, box.y0, box.y1)
     x = Linear(0, max(n_commits - 1, 0), box.x0, box.x1)
     # Inline affine maps: this runs for every point of every chart of the site.
@@ -198,38 +223,57 @@ def line_chart(
     y_off = box.y0 - y.lo * y_scale
     xs = [x_off + p * x_scale for p in positions]
     ys = [y_off + v * y_scale for v in values]
-    polyline = " ".join([f"{a:.1f},{b:.1f}" for a, b in zip(xs, ys, strict=True)])
+    coords = [f"{a:.1f},{b:.1f}" for a, b in zip(xs, ys, strict=True)]
     upper = [f"{a:.1f},{y_off + h * y_scale:.1f}" for a, h in zip(xs, highs, strict=True) if h is not None]
     lower = [f"{a:.1f},{y_off + lw * y_scale:.1f}" for a, lw in zip(xs, lows, strict=True) if lw is not None]
     band = ""
     if upper and lower:
         band = "M" + " L".join(upper + lower[::-1]) + " Z"
-    y_ticks = [Tick(y(t * factor), sig3(t) if t else "0") for t in ticks]
-    x_ticks = []
-    if n_commits:
-        count = min(6, n_commits)
-        chosen = sorted({round(i * (n_commits - 1) / max(count - 1, 1)) for i in range(count)})
-        x_ticks = [
-            Tick(
-                x(i),
-                commit_dates[i],
-                "start" if k == 0 and len(chosen) > 1 else "end" if k == len(chosen) - 1 and k else "middle",
-            )
-            for k, i in enumerate(chosen)
-        ]
+    y_ticks = [Tick(y(t * factor), label) for t, label in zip(ticks, labels, strict=True)]
     return LineChart(
         box=box,
         y_lo=lo * factor,
         y_hi=hi * factor,
-        polyline=polyline,
+        polyline=" ".join(coords),
+        points="".join(f"M{c}h0" for c in coords),
         band=band,
         xs=xs,
         ys=ys,
         y_ticks=y_ticks,
-        x_ticks=x_ticks,
+        x_ticks=commit_ticks(n_commits, commit_labels, x, box),
         failures=[Tick(x(p), "") for p in failed_positions],
         suffix=suffix,
+        dense=len(values) > DENSE_POINTS,
     )
+
+
+def commit_ticks(n_commits: int, labels: Sequence[tuple[str, str]], x: Linear, box: Box) -> list[Tick]:
+    """Every k-th commit, k as small as lets the labels keep a gap between them; the first and
+    the last commit always (the outer labels are anchored inwards, so they need 1.5 widths).
+
+    A single commit sits in the middle.  ``Tick.sub`` is the commit's time, under its sha.
+    """
+    if not n_commits:
+        return []
+    if n_commits == 1:
+        return [Tick((box.x0 + box.x1) / 2, labels[0][0], "middle", labels[0][1])]
+    width = CHAR_WIDTH * max(max(len(a), len(b)) for a, b in labels[:n_commits])
+    per_commit = (box.x1 - box.x0) / (n_commits - 1)
+    inner = width + 16  # between two centred labels
+    outer = 1.5 * width + 16  # between an outer (inward-anchored) label and its neighbour
+    step = max(1, math.ceil(inner / per_commit))
+    chosen = list(range(0, n_commits, step))
+    last = n_commits - 1
+    while len(chosen) > 1 and (last - chosen[-1]) * per_commit < outer:
+        chosen.pop()
+    chosen.append(last)
+    while len(chosen) > 2 and (chosen[1] - chosen[0]) * per_commit < outer:
+        chosen.pop(1)
+    out = []
+    for k, i in enumerate(chosen):
+        anchor = "start" if k == 0 else "end" if k == len(chosen) - 1 else "middle"
+        out.append(Tick(x(i), labels[i][0], anchor, labels[i][1]))
+    return out
 
 
 @dataclass
@@ -244,7 +288,7 @@ class Sparkline:
 def sparkline(
     values: Sequence[float], *, width: float = 120, height: float = 28, buckets: int = 60
 ) -> Sparkline:
-    """The whole history in ``buckets`` points (median of each bucket), for the index page."""
+    """The whole history in ``buckets`` points (median of each bucket), for the index page; y from zero."""
     if len(values) > buckets:
         size = len(values) / buckets
         reduced = []
@@ -253,9 +297,10 @@ def sparkline(
             reduced.append(chunk[len(chunk) // 2])
         reduced[-1] = values[-1]  # the latest value is exact, not a bucket median
         values = reduced
-    lo, hi = min(values), max(values)
+    # From zero, like the charts: a 2% wobble stays a 2% wobble at 28 px.
+    lo, hi = min(0.0, min(values)), max(values)
     if hi == lo:
-        lo, hi = lo - (abs(lo) * 0.05 or 1.0), hi + (abs(hi) * 0.05 or 1.0)
+        hi = lo + 1.0
     x = Linear(0, max(len(values) - 1, 1), 2, width - 3)
     y = Linear(lo, hi, height - 3, 3)
     pts = [(x(i), y(v)) for i, v in enumerate(values)]
@@ -310,7 +355,6 @@ def loglog_chart(
     height: float = 320,
 ) -> LogLogChart:
     """``lines`` are ``(name, colour, [(n, value), ...])`` with positive n and values."""
-    box = Box(width, height, left=84, top=14, right=16, bottom=38)
     ns = [n for _, _, pts in lines for n, _ in pts]
     vs = [v for _, _, pts in lines for _, v in pts]
     x_ticks_v = log_ticks(min(ns), max(ns), base=2)
@@ -321,6 +365,13 @@ def loglog_chart(
         y_ticks_v = log_ticks(min(vs), max(vs), base=2)
         if len(y_ticks_v) > 8:
             y_ticks_v = log_ticks(min(vs), max(vs), base=8)
+    y_labels = []
+    for t in y_ticks_v:
+        factor, suffix = unit_scale(unit, t)
+        y_labels.append(f"{sig3(t / factor)} {suffix}".strip())
+    # The left margin holds the longest tick label (issue 14: "0.0100 TFLOP/s" was cut to ".0100").
+    left = max(60.0, CHAR_WIDTH * max(len(t) for t in y_labels) + 14)
+    box = Box(width, height, left=left, top=14, right=16, bottom=38)
     x = Log(x_ticks_v[0], x_ticks_v[-1], box.x0, box.x1)
     y = Log(y_ticks_v[0], y_ticks_v[-1], box.y0, box.y1)
     out_lines = []
@@ -336,10 +387,7 @@ def loglog_chart(
         )
     step = 1 if len(x_ticks_v) <= 9 else 2
     x_ticks = [Tick(x(t), _count_label(t)) for t in x_ticks_v[::step]]
-    y_ticks = []
-    for t in y_ticks_v:
-        factor, suffix = unit_scale(unit, t)
-        y_ticks.append(Tick(y(t), f"{sig3(t / factor)} {suffix}".strip()))
+    y_ticks = [Tick(y(t), label) for t, label in zip(y_ticks_v, y_labels, strict=True)]
     guides = []
     if guide_slopes and lines:
         # Anchor the reference slopes at the smallest n and the smallest value: both rise into the plot.
@@ -391,7 +439,7 @@ class RatioAxis:
 
     lo: float
     hi: float
-    width: float = 160
+    width: float = 120
 
     def __call__(self, r: float) -> str:
         """The x coordinate of ratio ``r`` (clamped to the axis), as SVG text."""

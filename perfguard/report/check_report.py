@@ -1,10 +1,14 @@
 """The report of one ``perfguard check``: Markdown for the PR, a single-file HTML page, JSON.
 
 All three are views of one :class:`CheckReport`, built from a ``StoredCheck``, so the PR
-comment, the HTML artifact and the JSON never disagree.  Reading order (peers.md §12 F, §14
-item 14): the verdict first, with the items that need attention named and ranked by size; then
-the full table; then the environment of both sides with its differences; then the command that
-reproduces the check.  When nothing changed, the Markdown is one line plus collapsed details.
+comment, the HTML artifact and the JSON never disagree.  Reading order (issue 14: "readable
+top-down in ten seconds"): the verdict, counted over the *gated* items only (the ones that can
+fail the check) and saying so; the few items that decide it, by implementation and parameter set,
+with what changed underneath (aten ops / CUDA kernels) when the check recorded it; one line with
+everything else; why anything is ``unstable`` (this check's measured noise and what would decide
+it) and what the re-measurement did; then the full table, the environment and the command that
+reproduces the check.  Roles (gated / reported / derived) are explained in
+:mod:`perfguard.report.items`, the explanations in :mod:`perfguard.report.stories`.
 """
 
 from __future__ import annotations
@@ -13,44 +17,49 @@ import re
 import shlex
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any
 
-from perfguard.report import formatting
 from perfguard.report.charts import RatioAxis, ratio_axis
 from perfguard.report.environment import Environment, check_environment
-from perfguard.report.templating import environment, inline_csp, static_text
-from perfguard.store import Store, StoredCheck, StoredCheckItem, StoredCommit
-
-#: Verdicts in the order a reader needs them (perfguard.compare.Verdict values).
-VERDICT_ORDER = (
-    "regression",
-    "broken",
-    "failed",
-    "improvement",
-    "unstable",
-    "new",
-    "missing",
-    "skipped",
-    "unchanged",
+from perfguard.report.grid import ResultGrid, result_grid
+from perfguard.report.items import (
+    FAILING,
+    QUIET,
+    ROLES,
+    VERDICT_ORDER,
+    CommitView,
+    ItemView,
+    Underneath,
+    arrange,
+    parse_underneath,
+    phrase,
 )
-#: Verdicts that fail a check (``failed`` only where the baseline worked: the check decides).
-FAILING = frozenset({"regression", "broken", "failed"})
-#: Verdicts that are news; everything else is "nothing changed".
-QUIET = frozenset({"unchanged", "skipped"})
+from perfguard.report.stories import (
+    DECIDING_IMPLS,
+    ImplGroup,
+    NoiseStory,
+    RetryStory,
+    deciding,
+    noise_story,
+    retry_story,
+)
+from perfguard.report.templating import environment, inline_csp, static_text
+from perfguard.store import Store, StoredCheck
 
-VERDICT_WORDS = {
-    "regression": ("regression", "regressions"),
-    "broken": ("broken", "broken"),
-    "failed": ("failed", "failed"),
-    "improvement": ("improvement", "improvements"),
-    "unstable": ("unstable", "unstable"),
-    "new": ("new", "new"),
-    "missing": ("missing", "missing"),
-    "skipped": ("skipped", "skipped"),
-    "unchanged": ("unchanged", "unchanged"),
-}
+__all__ = [
+    "FAILING",
+    "GITHUB_COMMENT_LIMIT",
+    "JSON_SCHEMA",
+    "MARKER",
+    "QUIET",
+    "VERDICT_ORDER",
+    "CheckReport",
+    "build_report",
+    "check_to_json",
+    "render_html",
+    "render_markdown",
+]
 
 #: The first line of every Markdown report: a workflow finds its PR comment by it and edits it.
 MARKER = "<!-- perfguard-report -->"
@@ -62,62 +71,6 @@ MARKDOWN_BUDGET = 65_000
 JSON_SCHEMA = "perfguard-check-report/1"
 
 
-@dataclass(frozen=True)
-class CommitView:
-    sha: str
-    short: str
-    subject: str
-    branch: str | None
-    date: datetime | None
-    dirty: bool
-
-    @classmethod
-    def of(cls, commit: StoredCommit) -> CommitView:
-        return cls(
-            sha=commit.sha,
-            short=formatting.short_sha(commit.sha),
-            subject=commit.subject or "",
-            branch=commit.branch,
-            date=commit.committed_at,
-            dirty=bool(commit.dirty),
-        )
-
-
-@dataclass(frozen=True)
-class ItemView:
-    """One verdict row, with its display strings."""
-
-    item: StoredCheckItem
-    params: dict[str, Any]  # without impl
-
-    @property
-    def verdict(self) -> str:
-        return self.item.verdict
-
-    @property
-    def notable(self) -> bool:
-        return self.item.verdict not in QUIET
-
-    @property
-    def params_text(self) -> str:
-        return formatting.params_label(self.item.params or {})
-
-    @property
-    def name(self) -> str:
-        """``ring · Forward.track_time · seq_len=4096 dtype=float16``: how a reader names the row."""
-        parts = [self.item.impl, formatting.benchmark_label(self.item.benchmark)]
-        if self.params_text:
-            parts.append(self.params_text)
-        return " · ".join(parts)
-
-    def severity(self) -> float:
-        """Rank within a verdict: the biggest change first (conbench #388); others keep their order."""
-        r = self.item.ratio
-        if r is None or self.item.verdict not in ("regression", "improvement", "unstable"):
-            return 0.0
-        return -r if self.item.verdict != "improvement" else r
-
-
 @dataclass
 class CheckReport:
     """Everything any rendering of one check shows."""
@@ -125,66 +78,144 @@ class CheckReport:
     check: StoredCheck
     head: CommitView
     base: CommitView
-    items: list[ItemView]
-    counts: dict[str, int]
+    items: list[ItemView]  # display order: each primary item followed by its derived rows
+    counts: dict[str, int]  # verdict -> items, every item
+    role_counts: dict[str, dict[str, int]]  # role -> verdict -> items
     environment: Environment
     repro: list[str]
     axis: RatioAxis
+    underneath: list[Underneath]
+    noise: NoiseStory | None
+    retry: RetryStory | None
     site_url: str | None = None
     report_url: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def failing(self) -> bool:
-        return (
-            self.check.exit_code == 1
-            or self.check.verdict != "pass"
-            or any(i.verdict in FAILING for i in self.items)
+    def primary(self) -> list[ItemView]:
+        """Every item that is not derived from another."""
+        return [i for i in self.items if i.role != "derived"]
+
+    @property
+    def gated(self) -> list[ItemView]:
+        return [i for i in self.items if i.role == "gated"]
+
+    @property
+    def failing_items(self) -> list[ItemView]:
+        """The gated items that fail the check, worst first."""
+        order = {v: k for k, v in enumerate(VERDICT_ORDER)}
+        return sorted(
+            (i for i in self.items if i.fails), key=lambda i: (order.get(i.verdict, 99), i.severity())
         )
 
     @property
+    def failing(self) -> bool:
+        return self.check.exit_code == 1 or self.check.verdict != "pass" or bool(self.failing_items)
+
+    @property
+    def aa(self) -> bool:
+        """An A/A check: the commit against a fresh measurement of itself."""
+        return self.head.sha == self.base.sha
+
+    @property
     def quiet(self) -> bool:
-        """Nothing worth a reader's attention: every item unchanged or skipped."""
+        """Nothing worth a reader's attention: every item unchanged or skipped, none re-measured."""
         return not any(i.notable for i in self.items)
 
     @property
     def notable(self) -> list[ItemView]:
         return [i for i in self.items if i.notable]
 
-    def phrase(self, verdict: str) -> str:
-        """``2 regressions``, ``1 improvement``: a count with its verdict word."""
-        n = self.counts.get(verdict, 0)
-        words = VERDICT_WORDS.get(verdict, (verdict, verdict))
-        return f"{n} {words[0 if n == 1 else 1]}"
+    @property
+    def deciding(self) -> list[ImplGroup]:
+        """The failing gated items by implementation and parameter set, the worst first."""
+        return deciding(self.failing_items, self.underneath)
+
+    @property
+    def deciding_shown(self) -> list[ImplGroup]:
+        return self.deciding[:DECIDING_IMPLS]
+
+    @property
+    def deciding_more(self) -> int:
+        """Failing items the top of the report does not name."""
+        return sum(g.n_items for g in self.deciding[DECIDING_IMPLS:]) + sum(
+            len(c.items) for g in self.deciding_shown for c in g.cases[len(g.shown) :]
+        )
+
+    @property
+    def unmatched_underneath(self) -> list[Underneath]:
+        """Underneath entries of no failing case (still worth a line)."""
+        failing = {(i.item.impl, i.item.params_key) for i in self.failing_items}
+        return [u for u in self.underneath if (u.impl, u.params_key) not in failing]
+
+    @property
+    def grid(self) -> ResultGrid:
+        return result_grid(self.primary)
+
+    def phrase(self, verdict: str, role: str | None = None) -> str:
+        """``2 regressions``, ``1 improvement``: a count (of one role, or of all items) and its word."""
+        n = self.counts.get(verdict, 0) if role is None else self.role_counts.get(role, {}).get(verdict, 0)
+        return phrase(verdict, n)
 
     def named(self, verdict: str) -> list[ItemView]:
-        return [i for i in self.items if i.verdict == verdict]
+        return [i for i in self.primary if i.verdict == verdict]
 
     @property
     def icon(self) -> str:
         return "❌" if self.failing else "✅"
 
     @property
-    def headline(self) -> str:
-        """One line: what happened, in words and counts (no icon; see ``icon``)."""
+    def derived_count(self) -> int:
+        return sum(self.role_counts.get("derived", {}).values())
 
-        phrase = self.phrase
+    @property
+    def headline(self) -> str:
+        """One line, counted over the gated items (no icon; see ``icon``).
+
+        ``perfguard: 2 regressions (gated) · 2 derived`` or ``perfguard: no regressions (gated) ·
+        16 unchanged · 2 unstable``.  Derived items (tokens/s, TFLOP/s) follow their timing and are
+        counted apart; so are items that cannot fail the check.
+        """
+        gated = self.role_counts.get("gated", {})
+        derived = self.role_counts.get("derived", {})
+        reported = self.role_counts.get("reported", {})
         if self.failing:
-            bad = [phrase(v) for v in VERDICT_ORDER if v in FAILING and self.counts.get(v)]
-            if not bad:
-                bad = [f"check verdict {self.check.verdict}"]
-            rest = [phrase(v) for v in VERDICT_ORDER if v not in FAILING and self.counts.get(v)]
-            return "perfguard: " + ", ".join(bad) + (f" ({', '.join(rest)})" if rest else "")
-        unchanged = self.counts.get("unchanged", 0)
-        noun = "benchmark" if unchanged == 1 else "benchmarks"
-        if self.quiet:
-            skipped = self.counts.get("skipped", 0)
-            tail = f", {skipped} skipped" if skipped else ""
-            return f"perfguard: no regressions: {unchanged} {noun} unchanged{tail}"
-        others = [
-            phrase(v) for v in VERDICT_ORDER if v not in FAILING and v != "unchanged" and self.counts.get(v)
+            bad = [phrase(v, gated[v]) for v in VERDICT_ORDER if v in FAILING and gated.get(v)]
+            text = ", ".join(bad) + " (gated)" if bad else f"check verdict {self.check.verdict}"
+            follow = sum(n for v, n in derived.items() if v in FAILING)
+            if follow:
+                text += f" · {follow} derived"
+            loose = sum(n for v, n in reported.items() if v in FAILING)
+            if loose:
+                text += f" · {loose} not gated"
+            return "perfguard: " + text
+        parts = [phrase(v, gated[v]) for v in VERDICT_ORDER if v not in FAILING and gated.get(v)]
+        return "perfguard: no regressions (gated)" + "".join(f" · {p}" for p in parts)
+
+    @property
+    def also(self) -> list[str]:
+        """What neither the headline nor the lines above it count, as phrases.
+
+        Improvements and ``unstable`` items have lines of their own; derived items follow their
+        timing; items that cannot fail the check are marked so.
+        """
+        gated = self.role_counts.get("gated", {})
+        reported = self.role_counts.get("reported", {})
+        own_lines = {"improvement", "unstable"}
+        out = []
+        if self.failing:
+            out += [
+                phrase(v, gated[v])
+                for v in VERDICT_ORDER
+                if v not in FAILING and v not in own_lines and gated.get(v)
+            ]
+        out += [
+            f"{phrase(v, reported[v])} (not gated)"
+            for v in VERDICT_ORDER
+            if reported.get(v) and v not in own_lines
         ]
-        return f"perfguard: no regressions: {unchanged} {noun} unchanged, " + ", ".join(others)
+        if self.derived_count:
+            out.append(f"{self.derived_count} derived (tokens/s, TFLOP/s: their timing's verdict)")
+        return out
 
 
 def _side_runs(check: StoredCheck, store: Store | None) -> tuple[Any, Any]:
@@ -202,6 +233,14 @@ def _side_runs(check: StoredCheck, store: Store | None) -> tuple[Any, Any]:
     return pick(check.base.sha, ("baseline", "run")), pick(check.head.sha, ("head",))
 
 
+def _needs_runs(recorded: Mapping[str, Any]) -> bool:
+    """Whether the recorded environment lacks something the runs would add (4 queries otherwise saved)."""
+    sides = [recorded.get("base"), recorded.get("head")]
+    if not all(isinstance(s, Mapping) for s in sides):
+        return True
+    return any(not s.get(section) for s in sides for section in ("settings", "fingerprint"))  # type: ignore[union-attr]
+
+
 def build_report(
     check: StoredCheck,
     *,
@@ -211,43 +250,42 @@ def build_report(
 ) -> CheckReport:
     """The view of a stored check (``Store.get_check``).
 
-    The software of both sides comes from ``check.environment["base"/"head"]`` when recorded,
-    else from the runs of both commits through ``store.runs_for`` when the store is passed.
+    The software of both sides comes from ``check.environment["base"/"head"]`` when recorded
+    (sections it lacks from the runs), else from the runs of both commits through
+    ``store.runs_for`` when the store is passed.
     """
     recorded = check.environment or {}
-    if isinstance(recorded.get("base"), Mapping) and isinstance(recorded.get("head"), Mapping):
-        base_run = head_run = None  # what check recorded wins: no need to read the runs (4 queries)
-    else:
-        base_run, head_run = _side_runs(check, store)
-    items = [
+    base_run, head_run = _side_runs(check, store) if _needs_runs(recorded) else (None, None)
+    views = [
         ItemView(item=i, params={k: v for k, v in (i.params or {}).items() if k != "impl"})
         for i in check.items
     ]
-    order = {v: k for k, v in enumerate(VERDICT_ORDER)}
-    items.sort(
-        key=lambda i: (
-            order.get(i.verdict, len(order)),
-            i.severity(),
-            i.item.impl,
-            i.item.benchmark,
-            formatting.natural_key(i.params),
-        )
-    )
+    items = arrange(views)
     counted = Counter(i.verdict for i in items)
     counts = {v: counted[v] for v in VERDICT_ORDER if counted[v]}
     counts.update({v: n for v, n in counted.items() if v not in counts})  # unknown verdicts still show
+    role_counts: dict[str, dict[str, int]] = {}
+    for role in ROLES:
+        c = Counter(i.verdict for i in items if i.role == role)
+        if c:
+            role_counts[role] = {v: c[v] for v in [*VERDICT_ORDER, *sorted(c)] if c.get(v)}
     ratios = [
         x for i in items for x in (i.item.ratio, i.item.ci_low, i.item.ci_high) if x is not None and x > 0
     ]
+    head, base = CommitView.of(check.head), CommitView.of(check.base)
     return CheckReport(
         check=check,
-        head=CommitView.of(check.head),
-        base=CommitView.of(check.base),
+        head=head,
+        base=base,
         items=items,
         counts=counts,
+        role_counts=role_counts,
         environment=check_environment(check.environment, base_run, head_run),
         repro=repro_commands(check, items),
         axis=ratio_axis(ratios, check.threshold),
+        underneath=parse_underneath(check.summary),
+        noise=noise_story(check, items, head.sha == base.sha),
+        retry=retry_story(check, items),
         site_url=site_url,
         report_url=report_url,
     )
@@ -267,7 +305,9 @@ def repro_commands(check: StoredCheck, items: list[ItemView]) -> list[str]:
         f"{check.threshold:g}",
     ]
     lines.append(check.command.strip() if check.command and check.command.strip() else shlex.join(base_cmd))
-    attention = sorted({i.item.benchmark for i in items if i.verdict in FAILING | {"unstable"}})
+    attention = sorted(
+        {i.item.benchmark for i in items if i.role != "derived" and i.verdict in FAILING | {"unstable"}}
+    )
     if attention:
         regex = "^(" + "|".join(re.escape(b) for b in attention) + ")"
         lines.append("# only the benchmarks that need attention:")
@@ -291,22 +331,25 @@ def render_markdown(
     """GitHub-flavoured Markdown for the job summary and the sticky PR comment.
 
     Starts with ``marker`` (a hidden HTML comment) so a workflow can find and update its comment.
-    When the text would exceed ``max_chars`` (counted in UTF-16 units, as GitHub does; the default
-    stays under GitHub's 65,536 limit), table rows are dropped from the end (unchanged first, since
-    notable rows sort first) and a note says how many and where the full report is.
+    The visible part is the verdict, the items that decide it and one line for the rest; the
+    results (one row per implementation and parameters), the environment and the repro lines are
+    collapsed.  When the text would exceed ``max_chars`` (counted in UTF-16 units, as GitHub does;
+    the default stays under GitHub's 65,536 limit), rows are dropped from the end (quiet ones
+    first, since rows with news sort first) and a note says how many and where the full report is.
     """
     if not (marker.startswith("<!--") and marker.endswith("-->") and "-->" not in marker[4:-3]):
         raise ValueError(f"marker must be one HTML comment, got {marker!r}")
     report = _report(check, site_url=site_url, report_url=report_url, store=store)
     template = environment().get_template("check/report.md")
+    grid = report.grid
 
     def render(limit: int | None) -> str:
-        return template.render(r=report, marker=marker, limit=limit)
+        return template.render(r=report, grid=grid, marker=marker, limit=limit)
 
     text = render(None)
     if _utf16_len(text) <= max_chars:
         return text
-    lo, hi = 0, len(report.items)  # largest limit that fits, by bisection
+    lo, hi = 0, len(grid.rows)  # largest limit that fits, by bisection
     if _utf16_len(render(0)) > max_chars:
         return _hard_cut(render(0), max_chars)
     while lo < hi:
@@ -370,12 +413,15 @@ def check_to_json(check: StoredCheck, *, store: Store | None = None) -> dict[str
         return {
             "impl": i.impl,
             "benchmark": i.benchmark,
+            "label": view.label,
             "params": dict(i.params or {}),
             "params_key": i.params_key,
             "metric": i.metric,
             "unit": i.unit,
             "direction": i.direction,
             "gated": i.gated,
+            "role": view.role,
+            "derived_from": view.source.item.benchmark if view.source is not None else None,
             "verdict": i.verdict,
             "base_value": i.base_value,
             "head_value": i.head_value,
@@ -405,12 +451,14 @@ def check_to_json(check: StoredCheck, *, store: Store | None = None) -> dict[str
         "machine": {"key": c.machine.key, "label": c.machine.label, "kind": c.machine.kind},
         "head": commit(report.head),
         "base": commit(report.base),
+        "aa": report.aa,
         "counts": dict(report.counts),
+        "counts_by_role": {role: dict(n) for role, n in report.role_counts.items()},
         "items": [item(i) for i in report.items],
         "environment": {
             "recorded": report.environment.recorded,
-            "base": {r.key: r.base for r in report.environment.rows if r.base != "–"},
-            "head": {r.key: r.head for r in report.environment.rows if r.head != "–"},
+            "base": {r.key: r.base for r in report.environment.rows if r.base not in ("–", "not recorded")},
+            "head": {r.key: r.head for r in report.environment.rows if r.head not in ("–", "not recorded")},
             "differs": [
                 {"key": r.key, "base": r.base, "head": r.head} for r in report.environment.differences
             ],

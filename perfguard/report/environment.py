@@ -5,7 +5,16 @@ puts the software of both sides side by side and names every difference (peers.m
 Sources, in order: ``Check.environment["base"/"head"]`` when ``perfguard check`` recorded them,
 else the ``software`` / ``settings`` / ``fingerprint`` JSON of the runs that measured each side.
 Host names and UUIDs are metadata: two runners of one machine class always differ there, so they
-are shown but never called a difference.
+are shown but never called a difference.  So is how a run was launched (``settings.bench``, the
+``--bench`` selection a round measured): the same software measured with another selection is
+the same software.
+
+A difference needs both sides to have recorded what is compared.  ``perfguard check`` records a
+freshly measured side with its software only when it cannot find the runs it just stored, and a
+side with no ``settings`` against one with settings is not "different software": issue 14 saw a
+banner ``settings.device cpu → –`` on every check of one virtualenv.  A section (software,
+``settings``, ``fingerprint``) that one side did not record is filled from that side's run when the
+store has it, and else shown as not recorded, never as a difference.
 """
 
 from __future__ import annotations
@@ -18,6 +27,12 @@ from perfguard.store import StoredRun
 
 #: Keys (last dotted component) that identify a host rather than describe it.
 METADATA_KEYS = frozenset({"uuid", "uuids", "hostname", "host", "serial", "pci_bus_id", "node"})
+#: Keys that say how a run was launched, not what it ran: shown, never a difference.
+RUN_KEYS = frozenset({"settings.bench", "settings.calibrate"})
+#: Sub-objects of a side, each recorded (or not) as a whole; the rest of a side is its software.
+SECTIONS = ("settings", "fingerprint")
+#: How a value that one side did not record is shown.
+NOT_RECORDED = "not recorded"
 
 #: Keys shown first, in this order: what most often explains a performance change.
 PRIMARY_KEYS = (
@@ -39,7 +54,8 @@ class EnvRow:
     base: str
     head: str
     differs: bool
-    metadata: bool
+    metadata: bool  # a host's identity or how the run was launched: never a difference
+    recorded: bool = True  # both sides recorded this key's section
 
 
 @dataclass(frozen=True)
@@ -81,10 +97,29 @@ def side_from_run(run: StoredRun | None) -> dict[str, str]:
     """One side's environment: software first (undotted keys), then settings and fingerprint."""
     if run is None:
         return {}
-    out = flatten(run.software or {})
-    out.update(flatten(run.settings or {}, "settings."))
-    out.update(flatten(run.fingerprint or {}, "fingerprint."))
-    return out
+    sections = {"settings": run.settings or {}, "fingerprint": run.fingerprint or {}}
+    return flatten({**(run.software or {}), **sections})
+
+
+def section_of(key: str) -> str:
+    """``settings.timer.tf32`` -> ``settings``; a software key (``torch``) -> ``""``."""
+    head = key.split(".", 1)[0]
+    return head if head in SECTIONS and "." in key else ""
+
+
+def sections_of(side: Mapping[str, str]) -> set[str]:
+    """The sections a flattened side recorded (``""``: its software)."""
+    return {section_of(k) for k in side}
+
+
+def _filled(recorded: Mapping[str, Any], run: StoredRun | None) -> dict[str, str]:
+    """A recorded side, with the sections it lacks taken from its run (when there is one)."""
+    side = flatten(recorded)
+    if run is not None:
+        from_run = side_from_run(run)
+        missing = sections_of(from_run) - sections_of(side)
+        side.update({k: v for k, v in from_run.items() if section_of(k) in missing})
+    return side
 
 
 def _order(key: str) -> tuple[int, int, str]:
@@ -98,22 +133,41 @@ def _order(key: str) -> tuple[int, int, str]:
 
 
 def compare_sides(base: Mapping[str, str], head: Mapping[str, str]) -> Environment:
-    """Rows for every key on either side; ``differs`` only for non-metadata keys."""
+    """Rows for every key on either side.
+
+    ``differs`` only where both sides recorded the key's section, the values differ, and the key
+    describes the software or the machine (not a host's identity, not how the run was launched).
+    A key missing from a section that a side did record is a difference (a package removed).
+    """
+    have_base, have_head = sections_of(base), sections_of(head)
     rows = []
     for key in sorted(set(base) | set(head), key=_order):
-        b, h = base.get(key, "–"), head.get(key, "–")
-        metadata = key.rsplit(".", 1)[-1].lower() in METADATA_KEYS
-        rows.append(EnvRow(key=key, base=b, head=h, differs=(b != h and not metadata), metadata=metadata))
+        section = section_of(key)
+        recorded = section in have_base and section in have_head
+        b = base.get(key, "–" if section in have_base else NOT_RECORDED)
+        h = head.get(key, "–" if section in have_head else NOT_RECORDED)
+        metadata = key.rsplit(".", 1)[-1].lower() in METADATA_KEYS or key in RUN_KEYS
+        rows.append(
+            EnvRow(
+                key=key,
+                base=b,
+                head=h,
+                differs=recorded and b != h and not metadata,
+                metadata=metadata,
+                recorded=recorded,
+            )
+        )
     return Environment(rows=rows, recorded=bool(base or head))
 
 
 def check_environment(
     recorded: Mapping[str, Any] | None, base_run: StoredRun | None, head_run: StoredRun | None
 ) -> Environment:
-    """The environment of a check: what ``perfguard check`` recorded, else its runs'."""
+    """The environment of a check: what ``perfguard check`` recorded (sections it lacks from the
+    runs), else its runs'."""
     recorded = recorded or {}
     base = recorded.get("base")
     head = recorded.get("head")
     if isinstance(base, Mapping) and isinstance(head, Mapping):
-        return compare_sides(flatten(base), flatten(head))
+        return compare_sides(_filled(base, base_run), _filled(head, head_run))
     return compare_sides(side_from_run(base_run), side_from_run(head_run))

@@ -15,6 +15,36 @@ from typing import Any
 _TIME_STEPS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
 _BYTE_STEPS = ((1024.0**4, "TiB"), (1024.0**3, "GiB"), (1024.0**2, "MiB"), (1024.0, "KiB"), (1.0, "B"))
 _SI_STEPS = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
+#: TFLOP/s below 1 reads better as GFLOP/s ("12.3 GFLOP/s", not "0.0123 TFLOP/s").
+_TFLOPS_STEPS = ((1.0, "TFLOP/s"), (1e-3, "GFLOP/s"), (1e-6, "MFLOP/s"), (1e-9, "kFLOP/s"))
+#: Work metrics counted per call (issue 12): shown as exact integers with thousands separators.
+COUNT_UNITS = frozenset({"aten ops", "kernels"})
+
+#: How a reader names a benchmark (asv name without its module -> words).  Work metrics (issue 12):
+#: ``Work.track_<pass>_<metric>``.
+BENCHMARK_LABELS = {
+    "Forward.track_time": "forward time",
+    "ForwardBackward.track_time": "forward+backward time",
+    "PeakMemory.track_forward": "forward peak memory",
+    "PeakMemory.track_forward_backward": "forward+backward peak memory",
+    "Throughput.track_tokens_per_second": "forward tokens/s",
+    "Throughput.track_tflops": "forward TFLOP/s",
+    "Work.track_forward_flops": "forward FLOPs",
+    "Work.track_forward_backward_flops": "forward+backward FLOPs",
+    "Work.track_forward_ops": "forward aten ops",
+    "Work.track_forward_backward_ops": "forward+backward aten ops",
+    "Work.track_forward_kernels": "forward CUDA kernels",
+    "Work.track_forward_backward_kernels": "forward+backward CUDA kernels",
+    "Work.track_forward_allocated": "forward bytes allocated",
+    "Work.track_forward_backward_allocated": "forward+backward bytes allocated",
+}
+#: Reported numbers computed from another benchmark's samples.  Mirrors
+#: ``perfguard.compare.DERIVED_FROM`` (not imported: compare pulls scipy into every report;
+#: tests/test_report_verdicts.py holds the two equal).
+DERIVED_FROM = {
+    "Throughput.track_tokens_per_second": "Forward.track_time",
+    "Throughput.track_tflops": "Forward.track_time",
+}
 
 
 def sig3(x: float) -> str:
@@ -48,6 +78,16 @@ def unit_scale(unit: str, magnitude: float) -> tuple[float, str]:
             if m >= factor:
                 return factor, f"{prefix} tok/s".strip()
         return 1.0, "tok/s"
+    if unit == "TFLOP/s":
+        for factor, suffix in _TFLOPS_STEPS:
+            if m >= factor:
+                return factor, suffix
+        return 1e-9, "kFLOP/s"
+    if unit == "FLOP":
+        for factor, prefix in _SI_STEPS:
+            if m >= factor:
+                return factor, f"{prefix}FLOP"
+        return 1.0, "FLOP"
     return 1.0, unit
 
 
@@ -55,6 +95,8 @@ def format_value(value: float | None, unit: str) -> str:
     """``0.00123, "seconds"`` -> ``"1.23 ms"``; ``None`` -> an en dash."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
+    if unit in COUNT_UNITS:
+        return f"{round(value):,} {unit}"
     factor, suffix = unit_scale(unit, value)
     return f"{sig3(value / factor)} {suffix}".strip()
 
@@ -76,6 +118,18 @@ class ValueFormatter:
 
     def __call__(self, value: float | None) -> str:
         return "–" if value is None else f"{value / self.factor:.{self.decimals}f} {self.suffix}".rstrip()
+
+
+def format_amount(value: float | None, unit: str) -> str:
+    """A value whose unit the label already names: counts bare (``1,658``), the rest as ``format_value``."""
+    if value is not None and unit in COUNT_UNITS:
+        return f"{round(value):,}"
+    return format_value(value, unit)
+
+
+def count(n: int, noun: str) -> str:
+    """``1 commit``, ``12 commits``: a count with its noun (plural by an ``s``)."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def format_ratio(ratio: float | None) -> str:
@@ -153,3 +207,19 @@ def benchmark_label(benchmark: str) -> str:
     """asv name without its module: ``bench_attention.Forward.track_time`` -> ``Forward.track_time``."""
     parts = benchmark.split(".")
     return ".".join(parts[1:]) if len(parts) >= 3 else benchmark
+
+
+def metric_label(benchmark: str) -> str:
+    """What the benchmark measures, in words: ``bench_attention.Forward.track_time`` -> ``forward time``.
+
+    Unknown benchmarks keep their asv name (without the module).
+    """
+    parts = benchmark.split(".")
+    return BENCHMARK_LABELS.get(".".join(parts[-2:]), benchmark_label(benchmark))
+
+
+def derived_source(benchmark: str) -> str | None:
+    """The benchmark a derived one is computed from, in the same asv module (None: not derived)."""
+    parts = benchmark.split(".")
+    source = DERIVED_FROM.get(".".join(parts[-2:]))
+    return None if source is None else ".".join([*parts[:-2], source])

@@ -22,6 +22,7 @@ from itertools import combinations, pairwise
 from typing import Any
 
 from perfguard.report import formatting
+from perfguard.report.items import column_order
 from perfguard.report.series import MachineInfo, Series
 
 SEQ = "seq_len"
@@ -78,7 +79,7 @@ class Group:
     @property
     def title(self) -> str:
         rest = formatting.params_label(self.params)
-        return f"{formatting.benchmark_label(self.benchmark)}{' · ' + rest if rest else ''}"
+        return f"{formatting.metric_label(self.benchmark)}{' · ' + rest if rest else ''}"
 
     def value(self, impl: str, n: int) -> float | None:
         for line in self.lines:
@@ -141,7 +142,7 @@ def groups(
         for line in ordered:
             _fit(line)
         out.append(group)
-    out.sort(key=lambda g: (g.machine.key, g.benchmark, sorted(g.params.items())))
+    out.sort(key=lambda g: (g.machine.key, column_order(g.benchmark), sorted(g.params.items())))
     return out
 
 

@@ -88,9 +88,20 @@ class Mark:
     text: str
 
     @property
+    def word(self) -> str:
+        """What the mark is called: a check's verdict (``regression``), or a step that is ``worse``.
+
+        "regression" is reserved for the PR gate's verdicts: a 6% step is a change worth a look,
+        not a regression at the gate's threshold.
+        """
+        if self.source == "check":
+            return self.kind
+        return "step: worse" if self.kind == "regression" else "step: better"
+
+    @property
     def summary(self) -> str:
-        """``regression (step): +50.0% (52 µs → 78 µs) from 09c0ffee``: the text with what and whence."""
-        return f"{self.kind} ({self.source}): {self.text}"
+        """``step: worse: +50.0% (52 µs → 78 µs) from 09c0ffee``: the text with what and whence."""
+        return f"{self.word}: {self.text}"
 
 
 @dataclass

@@ -35,6 +35,7 @@ from typing import Any
 from perfguard.errors import UsageError
 from perfguard.report import formatting
 from perfguard.report.charts import PALETTE, LineChart, Marker, line_chart, loglog_chart, sparkline
+from perfguard.report.items import column_order
 from perfguard.report.queries import HISTORY_PURPOSES, open_store, verdict_marks
 from perfguard.report.scaling import Group, groups
 from perfguard.report.series import MachineInfo, Series, assemble, mark_checks, mark_steps, page_slug
@@ -44,6 +45,10 @@ SITE_MARKER = ".perfguard-site"
 HISTORY_SCHEMA = "perfguard-history/1"
 TIME_METRICS = ("time",)
 MEMORY_METRICS = ("memory",)
+#: Deterministic counts of one call (issue 12): FLOPs, aten ops, CUDA kernels, bytes allocated.
+WORK_METRICS = ("flops", "ops", "kernels", "allocated")
+#: What the index shows by default: the gated timings and memory (the rest behind a switch).
+INDEX_METRICS = (*TIME_METRICS, *MEMORY_METRICS)
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,8 @@ def build_site(
         machines_stored = store.machines()
         vmarks = verdict_marks(store)
     machines, series = assemble(stored, machines_stored)
+    # A series that was only ever skipped (peak GPU memory on a CPU) has nothing to draw.
+    series = [s for s in series if s.points or s.failures]
     del stored
     mark_steps(series, threshold=step_threshold, workers=workers)
     mark_checks(series, vmarks)
@@ -118,7 +125,7 @@ def build_site(
     for name in STATIC_FILES:
         (out / "static" / name).write_text(static_text(name), encoding="utf-8")
 
-    date_labels = {m.key: [c.date.strftime("%Y-%m-%d") for c in m.commits] for m in machines}
+    commit_labels = {m.key: _commit_labels(m) for m in machines}
     by_benchmark: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
     for key, members in pages.items():
         s = members[0]
@@ -134,7 +141,7 @@ def build_site(
             "site/benchmark.html",
             page="benchmark",
             first=first,
-            chart_views=[_chart_view(s, k, date_labels[s.machine.key]) for k, s in enumerate(members)],
+            chart_views=[_chart_view(s, k, commit_labels[s.machine.key]) for k, s in enumerate(members)],
             siblings=[(impl, label, slug) for impl, _, label, slug in siblings],
         )
 
@@ -162,15 +169,35 @@ def build_site(
             )
         ],
     )
-    write(
-        "memory.html",
-        "site/memory.html",
-        page="memory",
-        groups=[
-            _group_view(g, memory=True)
-            for g in groups(series, metrics=MEMORY_METRICS, colors=colors, slugs=slugs)
-        ],
-    )
+    for name, metrics, heading, intro, empty in (
+        (
+            "memory",
+            MEMORY_METRICS,
+            "Memory scaling",
+            "Peak GPU memory.",
+            "No peak-memory results are stored yet (memory benchmarks run on CUDA machines only).",
+        ),
+        (
+            "work",
+            WORK_METRICS,
+            "Work per call",
+            "Deterministic counts of one call: FLOPs, dispatched aten ops, CUDA kernels launched and "
+            "bytes allocated; they do not depend on a quiet machine and are gated like memory.",
+            "No work metrics are stored yet.",
+        ),
+    ):
+        write(
+            f"{name}.html",
+            "site/scaling.html",
+            page=name,
+            heading=heading,
+            intro=intro,
+            empty=empty,
+            groups=[
+                _group_view(g, memory=True)
+                for g in groups(series, metrics=metrics, colors=colors, slugs=slugs)
+            ],
+        )
     write("regressions.html", "site/regressions.html", page="regressions", marks=_recent_marks(series, slugs))
     _write_data(out, machines, series)
     (out / ".nojekyll").write_text("", encoding="utf-8")  # GitHub Pages: serve the files as they are
@@ -181,7 +208,7 @@ def build_site(
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     return SiteSummary(
         out_dir=out,
-        pages=len(pages) + 4,
+        pages=len(pages) + 5,
         series=len(series),
         points=sum(len(s.points) for s in series),
         commits=n_commits,
@@ -222,9 +249,56 @@ class ChartView:
     chart: LineChart
     data: dict[str, Any]
     data_id: str
+    note: str  # what the page says about changes when nothing is marked
 
 
-def _chart_view(s: Series, k: int, dates: list[str]) -> ChartView:
+#: asv's step detection needs this many points before it can place a step.
+MIN_STEP_POINTS = 3
+
+
+def change_note(s: Series) -> str:
+    """What a series without marks says: never "no change" where the reader sees one.
+
+    Issue 14: two commits 21% apart under "No change detected".  With fewer points than step
+    detection needs, the page says so and gives the change in numbers, with whether the two
+    points' intervals overlap (a difference the noise of those two measurements can explain).
+    """
+    pts = s.points
+    if len(pts) >= MIN_STEP_POINTS:
+        return "No step found by asv's step detection (≥ 5% and beyond the noise of both segments)."
+    if len(pts) < 2:
+        return (
+            f"{len(pts)} commit measured: a change can be marked from {MIN_STEP_POINTS} commits on "
+            "(asv's step detection)."
+        )
+    prev, last = pts[-2], pts[-1]
+    change = formatting.format_change(last.value / prev.value if prev.value else None)
+    text = (
+        f"2 commits: too few for step detection (it needs {MIN_STEP_POINTS}). The latest is "
+        f"{change} from the previous commit"
+    )
+    if None not in (prev.low, prev.high, last.low, last.high):
+        apart = last.low > prev.high or last.high < prev.low  # type: ignore[operator]
+        if apart:
+            text += (
+                "; their ≈95% intervals do not overlap, but they measure the noise within one session, "
+                "not between sessions (perfguard check re-measures both sides interleaved before it "
+                "calls a regression)"
+            )
+        else:
+            text += "; their ≈95% intervals overlap: within the noise of these two measurements"
+    return text + "."
+
+
+def _commit_labels(machine: MachineInfo) -> list[tuple[str, str]]:
+    """The x axis labels of a machine's charts: short sha, and the commit time under it (with the
+    year only when the history spans more than one)."""
+    years = {c.date.year for c in machine.commits}
+    fmt = "%m-%d %H:%M" if len(years) <= 1 else "%Y-%m-%d"
+    return [(c.short, c.date.strftime(fmt)) for c in machine.commits]
+
+
+def _chart_view(s: Series, k: int, labels: list[tuple[str, str]]) -> ChartView:
     pts = s.points
     chart = line_chart(
         [p.position for p in pts],
@@ -232,7 +306,7 @@ def _chart_view(s: Series, k: int, dates: list[str]) -> ChartView:
         [p.low for p in pts],
         [p.high for p in pts],
         n_commits=len(s.machine.commits),
-        commit_dates=dates,
+        commit_labels=labels,
         unit=s.unit,
         failed_positions=[p.position for p in s.failures],
     )
@@ -252,7 +326,7 @@ def _chart_view(s: Series, k: int, dates: list[str]) -> ChartView:
         "y": [round(y, 1) for y in chart.ys],
         "sha": [p.commit.short for p in pts],
         "subject": [p.commit.subject[:72] for p in pts],
-        "date": [p.commit.when for p in pts],
+        "date": [p.commit.when + " UTC" for p in pts],
         "value": [fmt(v) for v in values],
         "ci": [
             f"{fmt.number(p.low)} – {fmt(p.high)} ({p.interval}, n={p.n})"
@@ -262,7 +336,7 @@ def _chart_view(s: Series, k: int, dates: list[str]) -> ChartView:
         ],
         "marks": marks,
     }
-    return ChartView(series=s, chart=chart, data=data, data_id=f"points-{k}")
+    return ChartView(series=s, chart=chart, data=data, data_id=f"points-{k}", note=change_note(s))
 
 
 @dataclass
@@ -283,6 +357,8 @@ class IndexRow:
     params: str
     slug: str
     cells: dict[str, IndexCell]
+    primary: bool  # a gated timing or memory: shown by default; derived and work metrics on demand
+    order: Any = None
 
 
 def _index_rows(
@@ -294,15 +370,29 @@ def _index_rows(
             continue
         row = rows.setdefault(
             s.page_key,
-            IndexRow(s.impl, s.benchmark, formatting.params_label(s.params), slugs[s.page_key], {}),
+            IndexRow(
+                s.impl,
+                s.benchmark,
+                formatting.params_label(s.params),
+                slugs[s.page_key],
+                {},
+                primary=s.metric in INDEX_METRICS,
+                order=(s.impl, column_order(s.benchmark), formatting.natural_key(s.other_params)),
+            ),
         )
         latest = s.points[-1]
         change, cls = "", ""
         if len(s.points) >= 2 and s.points[-2].value:
-            ratio = latest.value / s.points[-2].value  # type: ignore[operator]
+            prev = s.points[-2]
+            ratio = latest.value / prev.value  # type: ignore[operator]
             change = formatting.format_change(ratio)
             worse = ratio > 1 if s.direction != "higher" else ratio < 1
-            big = abs(ratio - 1) >= 0.05
+            # Coloured only when it is beyond both points' noise: their intervals do not overlap.
+            apart = None not in (prev.low, prev.high, latest.low, latest.high) and (
+                latest.low > prev.high or latest.high < prev.low  # type: ignore[operator]
+            )
+            exact = prev.low is None and latest.low is None and prev.n <= 1  # a count: no noise
+            big = abs(ratio - 1) >= 0.05 and (apart or exact)
             cls = ("delta-bad" if worse else "delta-good") if big else "muted small"
         last = s.last_mark
         row.cells[s.machine.key] = IndexCell(
@@ -318,7 +408,7 @@ def _index_rows(
                 + (f"; last change: {last.summary}" if last else "")
             ),
         )
-    return list(rows.values())
+    return sorted(rows.values(), key=lambda r: r.order)
 
 
 @dataclass
@@ -330,6 +420,7 @@ class ChangeView:
     text: str
     sha: str
     date: datetime
+    word: str
 
 
 def _recent_marks(series: list[Series], slugs: dict[tuple[str, str], str]) -> list[ChangeView]:
@@ -342,6 +433,7 @@ def _recent_marks(series: list[Series], slugs: dict[tuple[str, str], str]) -> li
             m.text,
             s.points[m.index].commit.short,
             s.points[m.index].commit.date,
+            m.word,
         )
         for s in series
         for m in s.marks
@@ -365,6 +457,22 @@ def _group_view(g: Group, *, memory: bool) -> GroupView:
         guide_slopes=((1.0, "O(n)"), (2.0, "O(n²)")) if memory else (),
     )
     return GroupView(group=g, chart=chart)
+
+
+#: A spreadsheet reads a cell that starts with one of these as a formula (OWASP, "CSV Injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(text: str | None) -> str:
+    """A text cell a spreadsheet shows as text: a leading ``'`` before a would-be formula.
+
+    Benchmark, implementation and machine names are user-controlled; ``=HYPERLINK(...)`` in
+    history.csv would run in whoever opens the download (issue 13, D10).  The JSON keeps the names
+    as they are.
+    """
+    if text is None:
+        return ""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
 def _write_data(out: Path, machines: list[MachineInfo], series: list[Series]) -> None:
@@ -411,7 +519,7 @@ def _write_data(out: Path, machines: list[MachineInfo], series: list[Series]) ->
     def q(text: str | None) -> str:
         if text not in quoted:
             buf = io.StringIO()
-            csv.writer(buf, lineterminator="").writerow(["" if text is None else text])
+            csv.writer(buf, lineterminator="").writerow([csv_text(text)])
             quoted[text] = buf.getvalue()
         return quoted[text]
 

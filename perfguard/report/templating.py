@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
 from functools import cache
 from importlib import resources
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from perfguard import __version__
 from perfguard.report import formatting
@@ -50,9 +51,27 @@ _MD_ESCAPES = str.maketrans(
 )
 
 
+def text(value: object) -> Markup:
+    """Text for Markdown outside attributes: ``&``, ``<``, ``>`` escaped, quotes left as they are.
+
+    Autoescaping writes ``'`` and ``"`` as ``&#39;`` / ``&#34;``, which GitHub shows literally in
+    code and in a raw job summary (issue 13, D5); outside an attribute they need no escaping.
+    """
+    return Markup(html.escape(str(value), quote=False))
+
+
 def md(value: object) -> Markup:
     """Inline Markdown text: HTML-escaped (GitHub renders ``&lt;`` as ``<``), syntax escaped."""
-    return Markup(str(escape(str(value))).translate(_MD_ESCAPES))
+    return Markup(str(text(value)).translate(_MD_ESCAPES))
+
+
+def code(value: object, limit: int = 80) -> Markup:
+    """A Markdown code span: GitHub shows its content literally (``<`` included), so nothing inside
+    is escaped; a backtick (replaced by ``ˋ``) or a line break cannot end it, long names are cut."""
+    raw = " ".join(str(value).split()).replace("`", "\u02cb")
+    if len(raw) > limit:
+        raw = raw[: limit - 1] + "…"
+    return Markup(f"`{raw}`")
 
 
 def static_text(name: str) -> str:
@@ -92,6 +111,8 @@ def environment() -> Environment:
     )
     env.filters.update(
         value=formatting.format_value,
+        amount=formatting.format_amount,
+        count=formatting.count,
         ratio=formatting.format_ratio,
         change=formatting.format_change,
         interval=formatting.format_interval,
@@ -102,7 +123,10 @@ def environment() -> Environment:
         date=formatting.format_date,
         params=formatting.params_label,
         bench=formatting.benchmark_label,
+        label=formatting.metric_label,
         md=md,
+        text=text,
+        code=code,
     )
     env.globals.update(version=__version__)
     return env

@@ -124,10 +124,22 @@
     });
   }
 
+  /* Secondary columns (CI, p, noise, method, n, note) on demand: the table fits 1280 px without. */
+  function columnToggles() {
+    document.querySelectorAll("[data-columns-target]").forEach(function (ctl) {
+      var table = document.getElementById(ctl.getAttribute("data-columns-target"));
+      if (!table) { return; }
+      function apply() { table.classList.toggle("show-extra", ctl.checked); }
+      ctl.addEventListener("change", apply);
+      apply();
+    });
+  }
+
   function init() {
     document.querySelectorAll("figure.chart[data-points]").forEach(lineChart);
     document.querySelectorAll("figure.chart").forEach(pointTips);
     tableFilters();
+    columnToggles();
   }
 
   if (document.readyState === "loading") {

@@ -52,11 +52,14 @@ def create(store_url: StoreURL) -> Engine:
         engine = create_engine(url, json_serializer=_json_dumps, connect_args=connect_args)
     except (NoSuchModuleError, ImportError) as exc:
         driver = url.drivername.partition("+")[2]
-        raise StoreError(
-            f"no database driver {driver!r} for {store_url.masked}: {exc}",
-            hint="for PostgreSQL use postgresql:// (psycopg 3: pip install 'psycopg[binary]'), "
-            "or install the driver the URL names",
-        ) from None
+        if driver == "psycopg":
+            hint = "install perfguard's PostgreSQL extra: pip install 'perfguard[postgres]' (psycopg 3)"
+        else:
+            hint = (
+                "for PostgreSQL use postgresql:// (pip install 'perfguard[postgres]'), "
+                "or install the driver the URL names"
+            )
+        raise StoreError(f"no database driver {driver!r} for {store_url.masked}: {exc}", hint=hint) from None
     if store_url.dialect == "sqlite":
         _configure_sqlite(engine, in_memory=path is None)
     return engine
@@ -146,6 +149,13 @@ def explain(exc: BaseException, store_url: StoreURL, doing: str) -> StoreError:
             hint = "check the URL and the server's log"
     elif "unable to open database file" in low:
         hint = "check that the directory exists and is writable by this user"
+    elif "malformed" in low or "disk image" in low:
+        hint = (
+            f"the SQLite file {store_url.sqlite_path} is damaged (a crash or a full disk while it was "
+            "written, or a copy taken mid-write): restore it from a backup, or move it aside and let "
+            "`perfguard run` start a new history; the sqlite3 shell's `.recover` command can salvage "
+            "what is readable"
+        )
     elif "file is not a database" in low:
         hint = "that file is not a SQLite database; point --db (or PERFGUARD_DB) at another path"
     elif "readonly" in low or "read-only" in low:

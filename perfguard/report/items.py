@@ -1,0 +1,272 @@
+"""The rows of a check report: each stored verdict with its role, and the order a reader needs.
+
+**One verdict per measurement.**  tokens/s and TFLOP/s are the forward samples seen through a
+constant (``perfguard.compare`` gives them their timing's verdict); here they are *derived* rows,
+drawn under their timing and counted apart, never in the headline's verdicts.  Items that are
+neither gated nor derived (new, missing, skipped, ``gate = false`` overrides) are *reported*.
+
+**What changed underneath.**  When anything regresses, ``perfguard check`` stores in the check's
+summary, per benchmark, the aten ops / CUDA kernels whose count (or time) differs between the two
+sides (``summary["underneath"]``, issue 12); :func:`parse_underneath` reads it defensively (it is
+JSON from a store that older or newer perfguards also write).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from perfguard.report import formatting
+from perfguard.store import StoredCheckItem, StoredCommit
+
+#: Verdicts in the order a reader needs them (perfguard.compare.Verdict values).
+VERDICT_ORDER = (
+    "regression",
+    "broken",
+    "failed",
+    "improvement",
+    "unstable",
+    "new",
+    "missing",
+    "skipped",
+    "unchanged",
+)
+#: Verdicts that fail a check when the item is gated (``failed`` only where the baseline worked:
+#: compare marks the others not gated).
+FAILING = frozenset({"regression", "broken", "failed"})
+#: Verdicts that are news; everything else is "nothing changed".
+QUIET = frozenset({"unchanged", "skipped"})
+#: An item's role: whether it can fail the check, is only reported, or follows another.
+ROLES = ("gated", "reported", "derived")
+#: How benchmark labels end, in the order their columns and lines come.
+COLUMN_WORDS = ("time", "memory", "tokens/s", "TFLOP/s", "FLOPs", "ops", "kernels", "allocated")
+#: Underneath rows the top of a report shows per benchmark.
+UNDERNEATH_ROWS = 5
+
+VERDICT_WORDS = {
+    "regression": ("regression", "regressions"),
+    "broken": ("broken", "broken"),
+    "failed": ("failed", "failed"),
+    "improvement": ("improvement", "improvements"),
+    "unstable": ("unstable", "unstable"),
+    "new": ("new", "new"),
+    "missing": ("missing", "missing"),
+    "skipped": ("skipped", "skipped"),
+    "unchanged": ("unchanged", "unchanged"),
+}
+
+
+def phrase(verdict: str, n: int) -> str:
+    """``2 regressions``, ``1 improvement``: a count with its verdict word."""
+    words = VERDICT_WORDS.get(verdict, (verdict, verdict))
+    return f"{n} {words[0 if n == 1 else 1]}"
+
+
+@dataclass(frozen=True)
+class CommitView:
+    sha: str
+    short: str
+    subject: str
+    branch: str | None
+    date: datetime | None
+    dirty: bool
+
+    @classmethod
+    def of(cls, commit: StoredCommit) -> CommitView:
+        return cls(
+            sha=commit.sha,
+            short=formatting.short_sha(commit.sha),
+            subject=commit.subject or "",
+            branch=commit.branch,
+            date=commit.committed_at,
+            dirty=bool(commit.dirty),
+        )
+
+
+@dataclass(frozen=True)
+class UnderRow:
+    """One op or kernel whose count (or time) differs between the two sides."""
+
+    name: str
+    base_count: int
+    head_count: int
+    base_ms: float | None = None
+    head_ms: float | None = None
+
+    @property
+    def delta(self) -> int:
+        return self.head_count - self.base_count
+
+    @property
+    def change(self) -> str:
+        """The change, to precede the name: ``+100 ×``, or for a count that held, ``0.12 → 0.5 ms``."""
+        if self.delta or self.base_ms is None or self.head_ms is None:
+            return f"{self.delta:+,} ×"
+        return f"{self.base_ms:.3g} → {self.head_ms:.3g} ms"
+
+    @property
+    def counts(self) -> str:
+        return f"{self.base_count:,} → {self.head_count:,}"
+
+
+@dataclass(frozen=True)
+class Underneath:
+    """What changed underneath one benchmark x params, biggest difference first."""
+
+    impl: str
+    benchmark: str
+    params_key: str
+    kind: str  # "aten ops" | "CUDA kernels"
+    source: str  # how it was measured, e.g. "dispatch counts, one call"
+    rows: tuple[UnderRow, ...]
+
+    @property
+    def label(self) -> str:
+        return formatting.metric_label(self.benchmark)
+
+    @property
+    def top(self) -> tuple[UnderRow, ...]:
+        return self.rows[:UNDERNEATH_ROWS]
+
+    @property
+    def more(self) -> int:
+        return max(0, len(self.rows) - UNDERNEATH_ROWS)
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+def _ms(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def parse_underneath(summary: Mapping[str, Any] | None) -> list[Underneath]:
+    """The check's ``summary["underneath"]``; entries or rows that are not objects are skipped."""
+    raw = (summary or {}).get("underneath")
+    if not isinstance(raw, list):
+        return []
+    out = []
+    for entry in raw:
+        if not isinstance(entry, Mapping):
+            continue
+        rows = tuple(
+            UnderRow(
+                name=str(r.get("name", "?")),
+                base_count=_int(r.get("base_count")),
+                head_count=_int(r.get("head_count")),
+                base_ms=_ms(r.get("base_ms")),
+                head_ms=_ms(r.get("head_ms")),
+            )
+            for r in entry.get("rows") or []
+            if isinstance(r, Mapping)
+        )
+        out.append(
+            Underneath(
+                impl=str(entry.get("impl", "")),
+                benchmark=str(entry.get("benchmark", "")),
+                params_key=str(entry.get("params_key", "")),
+                kind=str(entry.get("kind", "aten ops")),
+                source=str(entry.get("source", "")),
+                rows=rows,
+            )
+        )
+    return out
+
+
+@dataclass
+class ItemView:
+    """One verdict row, with its display strings and its place in the report."""
+
+    item: StoredCheckItem
+    params: dict[str, Any]  # without impl
+    role: str = "gated"  # gated | reported | derived
+    source: ItemView | None = None  # derived: the timing it follows
+    derived: list[ItemView] = field(default_factory=list)  # the rows that follow this one
+
+    @property
+    def verdict(self) -> str:
+        return self.item.verdict
+
+    @property
+    def fails(self) -> bool:
+        """Whether this item fails the check (gated and regression / broken / failed)."""
+        return self.item.gated and self.item.verdict in FAILING
+
+    @property
+    def notable(self) -> bool:
+        """Worth a row in the "what changed" view: news, or a suspect that was re-measured."""
+        return self.item.verdict not in QUIET or self.item.retried
+
+    @property
+    def params_text(self) -> str:
+        return formatting.params_label(self.item.params or {})
+
+    @property
+    def label(self) -> str:
+        """``forward time``, ``forward TFLOP/s``: what the benchmark measures, in words."""
+        return formatting.metric_label(self.item.benchmark)
+
+    @property
+    def name(self) -> str:
+        """``ring · forward time · seq_len=4096 dtype=float16``: how a reader names the row."""
+        parts = [self.item.impl, self.label]
+        if self.params_text:
+            parts.append(self.params_text)
+        return " · ".join(parts)
+
+    def severity(self) -> float:
+        """Rank within a verdict: the biggest change first (conbench #388); others keep their order."""
+        r = self.item.ratio
+        if r is None or self.item.verdict not in ("regression", "improvement", "unstable"):
+            return 0.0
+        return -r if self.item.verdict != "improvement" else r
+
+
+def column_order(benchmark: str) -> tuple[int, bool, str]:
+    """Timings, memory, then the work metrics (the order a reader scans them); forward first."""
+    label = formatting.metric_label(benchmark)
+    backward = label.startswith("forward+backward")
+    for k, word in enumerate(COLUMN_WORDS):
+        if label.endswith(word):
+            return (k, backward, label)
+    return (9, backward, label)
+
+
+def arrange(views: Sequence[ItemView]) -> list[ItemView]:
+    """Set roles, put derived rows under their timing; return the display order.
+
+    Primary items by verdict (regressions first), the biggest change first within one, then
+    implementation, benchmark and parameters (seq_len as a number); each followed by its derived
+    rows.  A derived item whose timing is not in the check stays on its own, as reported.
+    """
+    by_key = {(v.item.benchmark, v.item.params_key): v for v in views}
+    for v in views:
+        source = formatting.derived_source(v.item.benchmark)
+        parent = by_key.get((source, v.item.params_key)) if source else None
+        if parent is not None and not v.item.gated:
+            v.role, v.source = "derived", parent
+            parent.derived.append(v)
+        elif not v.item.gated:
+            v.role = "reported"
+    order = {v: k for k, v in enumerate(VERDICT_ORDER)}
+    primary = sorted(
+        (v for v in views if v.role != "derived"),
+        key=lambda i: (
+            order.get(i.verdict, len(order)),
+            i.severity(),
+            i.item.impl,
+            column_order(i.item.benchmark),
+            i.item.benchmark,
+            formatting.natural_key(i.params),
+        ),
+    )
+    out = []
+    for v in primary:
+        out.append(v)
+        out.extend(sorted(v.derived, key=lambda d: d.item.benchmark))
+    return out
