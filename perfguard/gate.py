@@ -426,11 +426,16 @@ def _table(
 
 
 def _environment(bench: Bench, rounds: list[list[Any]], sha: str) -> dict[str, Any]:
-    """One side's software, settings and fingerprint, from the runs its rounds came from."""
-    run_ids = {getattr(r, "run_id", None) for results in rounds for r in results}
+    """One side's software, settings and fingerprint, from the runs its rounds came from.
+
+    Rounds read from a store carry their run's id; rounds measured by this check do not (they are
+    the records that were just stored), so for those the side's newest stored run stands in.
+    """
+    run_ids = {getattr(r, "run_id", None) for results in rounds for r in results} - {None}
     stored = []
     for store in dict.fromkeys((bench.store, bench.baseline_store)):
-        stored += [r for r in store.runs_for(bench.machine.key, sha, bench.profile.name) if r.id in run_ids]
+        runs = store.runs_for(bench.machine.key, sha, bench.profile.name)
+        stored += [r for r in runs if r.id in run_ids] if run_ids else runs[-1:]
     if stored:
         run = stored[0]
         return {**dict(run.software), "settings": dict(run.settings), "fingerprint": dict(run.fingerprint)}

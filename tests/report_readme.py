@@ -23,8 +23,6 @@ metric names to ``perfguard.store.records.METRICS`` they are allowed for the wri
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -95,21 +93,6 @@ class ReadmeFacts:
     aa: SuiteComparison | None = None
     planted: SuiteComparison | None = None
     step_impl: str = "multihead_dilated"  # the series that moves +21% between two main commits
-
-
-@contextlib.contextmanager
-def work_metrics_allowed() -> Iterator[None]:
-    """Let the store take the work metrics' names until issue 12 adds them (then this does nothing)."""
-    missing = tuple(m for m in WORK_METRICS if m not in store_records.METRICS)
-    if not missing:
-        yield
-        return
-    saved = store_records.METRICS
-    store_records.METRICS = (*saved, *missing)
-    try:
-        yield
-    finally:
-        store_records.METRICS = saved
 
 
 def _params(impl: str, n: int) -> dict[str, Any]:
@@ -429,7 +412,7 @@ def build_readme_store(path: Any, *, commits: int = 1, software: dict[str, str] 
     )
     facts.feature_sha = feature.sha
     last = main[-1]
-    with work_metrics_allowed(), Store.open(url) as store:
+    with Store.open(url) as store:
         for i, commit in enumerate(main[:-1]):
             rounds = measure(planted=False, rng=rng, rounds=3)
             store.record_runs(

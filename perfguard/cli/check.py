@@ -115,7 +115,7 @@ def check(
             verify=not no_verify,
             verify_report=verify_report,
         )
-        _print_verdicts(outcome.result, outcome.stored)
+        _print_verdicts(outcome.result, outcome.stored, bench.store)
         for path in write_reports(
             bench, outcome.stored, markdown=markdown_path, html=html_path, json_path=json_path
         ):
@@ -124,7 +124,7 @@ def check(
     ctx.exit(outcome.exit_code)
 
 
-def _print_verdicts(result: Any, stored: Any) -> None:
+def _print_verdicts(result: Any, stored: Any, store: Any) -> None:
     """The verdict table on stdout: every item that is news, then the count of the rest."""
     from rich.console import Console
     from rich.table import Table
@@ -148,7 +148,7 @@ def _print_verdicts(result: Any, stored: Any) -> None:
         cells = (
             str(item.verdict),
             item.impl,
-            formatting.benchmark_label(item.benchmark),
+            formatting.metric_label(item.benchmark),
             params,
             f"{item.ratio:.3f}" if item.ratio is not None else "",
             ci,
@@ -159,5 +159,8 @@ def _print_verdicts(result: Any, stored: Any) -> None:
         table.add_row(*(Text(c) for c in cells), style=style.get(str(item.verdict)))
     if notable:
         console.print(table)
+    from perfguard.report import build_report
+
     counts = ", ".join(f"{n} {v}" for v, n in result.counts().items() if n)
-    console.print(Text(f"{len(result.items)} items: {counts}"))
+    console.print(Text(build_report(stored, store=store).headline))
+    console.print(Text(f"{len(result.items)} items: {counts}"), style="dim")
