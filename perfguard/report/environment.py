@@ -6,8 +6,8 @@ Sources, in order: ``Check.environment["base"/"head"]`` when ``perfguard check``
 else the ``software`` / ``settings`` / ``fingerprint`` JSON of the runs that measured each side.
 Host names and UUIDs are metadata: two runners of one machine class always differ there, so they
 are shown but never called a difference.  So is how a run was launched (``settings.bench``, the
-``--bench`` selection a round measured): the same software measured with another selection is
-the same software.
+``--bench`` selection a round measured; ``settings.processes`` and ``settings.cost``, what the
+round took): the same software measured with another selection, or faster, is the same software.
 
 A difference needs both sides to have recorded what is compared.  ``perfguard check`` records a
 freshly measured side with its software only when it cannot find the runs it just stored, and a
@@ -27,8 +27,10 @@ from perfguard.store import StoredRun
 
 #: Keys (last dotted component) that identify a host rather than describe it.
 METADATA_KEYS = frozenset({"uuid", "uuids", "hostname", "host", "serial", "pci_bus_id", "node"})
-#: Keys that say how a run was launched, not what it ran: shown, never a difference.
-RUN_KEYS = frozenset({"settings.bench", "settings.calibrate"})
+#: Keys that say how a run was launched or what it cost, not what it ran: shown, never a difference.
+RUN_KEYS = frozenset({"settings.bench", "settings.calibrate", "settings.processes", "settings.trust"})
+#: Prefixes of such keys (``settings.cost.*``: where a round's time went).
+RUN_PREFIXES = ("settings.cost.",)
 #: Sub-objects of a side, each recorded (or not) as a whole; the rest of a side is its software.
 SECTIONS = ("settings", "fingerprint")
 #: How a value that one side did not record is shown.
@@ -146,7 +148,9 @@ def compare_sides(base: Mapping[str, str], head: Mapping[str, str]) -> Environme
         recorded = section in have_base and section in have_head
         b = base.get(key, "–" if section in have_base else NOT_RECORDED)
         h = head.get(key, "–" if section in have_head else NOT_RECORDED)
-        metadata = key.rsplit(".", 1)[-1].lower() in METADATA_KEYS or key in RUN_KEYS
+        metadata = (
+            key.rsplit(".", 1)[-1].lower() in METADATA_KEYS or key in RUN_KEYS or key.startswith(RUN_PREFIXES)
+        )
         rows.append(
             EnvRow(
                 key=key,
