@@ -382,8 +382,15 @@ def test_timestamps_are_utc_whatever_zone_they_came_in(store: Store) -> None:
 @pytest.mark.parametrize(
     ("bad", "words"),
     [
-        (dict(samples=[1.0, float("nan"), 2.0]), "sample 1 is nan"),
-        (dict(samples=[1.0, math.inf]), "sample 1 is inf"),
+        (dict(samples=[1e-3, -2e-3, 3e-3]), "sample 1 is -0.002: a time sample is a positive amount"),
+        (dict(samples=[1e-3, 0.0]), "sample 1 is 0.0: a time sample is a positive amount of seconds"),
+        (dict(samples=[]), "samples is an empty list; pass None"),
+        (dict(samples=[1e-3, True]), "sample 1 is True, not a number"),
+        (dict(samples=[1e-3, "2e-3"]), "sample 1 is '2e-3', not a number"),
+        (dict(samples=[1e-3, 10**401]), "sample 1 is 1000000000000000000000000000000000000..."),
+        (dict(samples=[math.nan, math.inf, -math.inf]), "all 3 samples are NaN or infinite"),
+        (dict(samples=None, value=-1.0), "value is -1.0: a time is a positive amount of seconds"),
+        (dict(samples=None, value=True), "value is True, not a finite number"),
         (dict(metric="speed"), "metric is 'speed'"),
         (dict(direction="up"), "direction is 'up'"),
         (dict(status="ok", samples=None, value=None), "needs a value"),

@@ -58,6 +58,23 @@ class StoreURL:
             return None
         return Path(database)
 
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The files a SQLite store consists of: the database and its -wal, -shm and -journal.
+
+        Empty for PostgreSQL and in-memory databases.  ``perfguard.gitrepo.work_tree`` leaves
+        them out of the dirty state, so a store kept inside the work tree does not make every
+        measurement ``+dirty``.
+        """
+        path = self.sqlite_path
+        if path is None:
+            return ()
+        return (path, *(path.with_name(path.name + suffix) for suffix in SQLITE_SIDE_FILES))
+
+
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+"""The files SQLite keeps next to a database (write-ahead log, its index, rollback journal)."""
+
 
 def mask(url: URL | str) -> str:
     """Render a URL for a message with its password hidden (never raises)."""
