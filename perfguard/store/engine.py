@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import sqlite3
 import time
 import urllib.parse
@@ -191,8 +192,13 @@ def explain(exc: BaseException, store_url: StoreURL, doing: str, *, read_only: b
     elif "disk is full" in low or NO_SPACE in low:
         where_dir = store_url.sqlite_path.parent if store_url.sqlite_path else "the store's directory"
         hint = f"no space left on the disk holding {where_dir}: free some (df -h shows it), then run again"
+    elif "unable to open database file" in low and read_only:
+        hint = (
+            "SQLite reads a store in WAL mode only where it may create the -shm file next to it; give "
+            "read-only readers a snapshot instead (perfguard db snapshot, docs/ci.md), or PostgreSQL"
+        )
     elif "unable to open database file" in low:
-        hint = "check that the directory exists and is writable by this user"
+        hint = _unopenable(store_url)
     elif "file is not a database" in low:
         hint = "that file is not a SQLite database; point --db (or PERFGUARD_DB) at another path"
     elif "query_only" in low or (read_only and "attempt to write a readonly database" in low):
@@ -207,6 +213,24 @@ def explain(exc: BaseException, store_url: StoreURL, doing: str, *, read_only: b
     else:
         hint = "check the URL (--db or PERFGUARD_DB)"
     return StoreError(f"{doing} {where} failed: {detail}", hint=hint)
+
+
+def _unopenable(store_url: StoreURL) -> str:
+    """Why SQLite could not open a file for writing, as precisely as the directory tells."""
+    path = store_url.sqlite_path
+    directory = path.parent if path is not None else None
+    if directory is None or not directory.is_dir():
+        return "check that the directory exists and is writable by this user"
+    with contextlib.suppress(OSError):
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return (
+                f"{directory} is on a read-only file system: SQLite needs to write the database and its "
+                "-wal/-shm files there; point --db at a writable place (a PR job opens its baseline "
+                "store read-only, docs/ci.md)"
+            )
+    if not os.access(directory, os.W_OK):
+        return f"the directory {directory} is not writable by this user (SQLite writes -wal/-shm files there)"
+    return "check that the file and its directory are readable and writable by this user"
 
 
 def _first_line(text: str) -> str:

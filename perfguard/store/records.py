@@ -98,6 +98,7 @@ class CommitRecord:
             require_text("commit author", self.author, 255, allow_empty=True)
         if not isinstance(self.subject, str):
             raise RecordError(f"commit subject must be a string, not {type(self.subject).__name__}")
+        require_text("commit subject", self.subject, len(self.subject), allow_empty=True)
         if isinstance(self.parents, str) or not all(isinstance(p, str) and _is_hex(p) for p in self.parents):
             raise RecordError(f"commit parents must be a list of hexadecimal shas, not {self.parents!r}")
         require_aware("commit committed_at", self.committed_at)
@@ -471,6 +472,8 @@ def require_text(name: str, value: Any, max_length: int, *, allow_empty: bool = 
         raise RecordError(f"{name} is empty")
     if len(value) > max_length:
         raise RecordError(f"{name} is {len(value)} characters long; the store keeps at most {max_length}")
+    if "\x00" in value:  # PostgreSQL refuses NUL in text, SQLite would keep it: refuse on both
+        raise RecordError(f"{name} {value[:40]!r} contains a NUL character")
 
 
 def _choice(name: str, value: Any, choices: Sequence[str]) -> None:

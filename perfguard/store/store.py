@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import sqlite3
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -228,6 +229,48 @@ class Store:
     def engine(self) -> Engine:
         """The SQLAlchemy engine (for tests, benchmarks and EXPLAIN; not for writing around the API)."""
         return self._engine
+
+    def snapshot(self, target: Path) -> Path:
+        """Copy a SQLite store to ``target``: consistent, read-only, readable from any directory.
+
+        For PR runners (docs/ci.md, "Trust model"): the baseline workflow publishes a snapshot
+        that PR jobs open with ``read_only=True``.  SQLite's online backup copies a consistent
+        state while writers carry on; the copy uses a rollback journal instead of WAL, because a
+        WAL database can only be read where SQLite may create its -shm file (a read-only mount
+        cannot).  Written under a temporary name and renamed, so a reader never sees half a copy;
+        the file is made read-only (0444).  Returns ``target``.
+        """
+        if self.dialect != "sqlite" or self._url.sqlite_path is None:
+            raise StoreError(
+                f"{self.url} is not a SQLite file: snapshots are of SQLite stores",
+                hint="PR jobs read a PostgreSQL store through a read-only role instead (docs/ci.md)",
+            )
+        target = Path(target)
+        if target.resolve() in {f.resolve() for f in self.files}:
+            raise StoreError(
+                f"the snapshot {target} would overwrite the store itself", hint="pick another path"
+            )
+        if not target.parent.is_dir():
+            raise StoreError(f"the directory of the snapshot {target} does not exist", hint="create it first")
+        partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+        try:
+            with self._engine.connect() as connection:
+                source = connection.connection.driver_connection
+                copy = sqlite3.connect(partial)
+                try:
+                    source.backup(copy)
+                    copy.execute("PRAGMA journal_mode = DELETE")
+                finally:
+                    copy.close()
+            partial.chmod(0o444)
+            os.replace(partial, target)
+        except (SQLAlchemyError, sqlite3.Error, OSError) as exc:
+            partial.unlink(missing_ok=True)
+            raise StoreError(
+                f"copying {self.url} to {target} failed: {exc}",
+                hint="check that the target's directory is writable and has room",
+            ) from None
+        return target
 
     # --- machines and commits --------------------------------------------------------------------
 
@@ -763,12 +806,15 @@ def _not_readable(store_url: StoreURL, state: schema.SchemaState) -> StoreError:
 def _probe_directory(directory: Path, min_free_bytes: int) -> None:
     """The directory of a SQLite store takes a new file and has room: else a StoreError saying which."""
     try:
+        read_only_fs = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
         free = shutil.disk_usage(directory).free
     except OSError as exc:
         raise StoreError(
             f"cannot reach the directory of the history store {directory}: {exc.strerror or exc}",
             hint="create it, or fix the path in --db (or PERFGUARD_DB)",
         ) from None
+    if read_only_fs:  # before the free space: a read-only mount reports none available
+        raise _not_writable(directory, os.strerror(errno.EROFS))
     if free < min_free_bytes:
         wanted = f"{min_free_bytes / 2**20:.0f} MiB"
         raise _no_space(directory, f"only {free / 2**20:.1f} MiB free (perfguard wants {wanted})")
@@ -785,13 +831,16 @@ def _probe_directory(directory: Path, min_free_bytes: int) -> None:
             detail = f"a {_PROBE_BYTES // 1024} KiB test write failed: {exc.strerror}"
             raise _no_space(directory, detail) from None
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise StoreError(
-                f"the directory of the history store {directory} is not writable ({exc.strerror}): SQLite "
-                "writes the database and its -wal/-shm/-journal files there",
-                hint="make the directory writable by this user, or point --db (or PERFGUARD_DB) at "
-                "another place",
-            ) from None
+            raise _not_writable(directory, exc.strerror or str(exc)) from None
         raise StoreError(f"cannot write to the directory of the history store {directory}: {exc}") from None
+
+
+def _not_writable(directory: Path, why: str) -> StoreError:
+    return StoreError(
+        f"the directory of the history store {directory} is not writable ({why}): SQLite writes the "
+        "database and its -wal/-shm/-journal files there",
+        hint="make the directory writable by this user, or point --db (or PERFGUARD_DB) at another place",
+    )
 
 
 def _no_space(directory: Path, detail: str) -> StoreError:
