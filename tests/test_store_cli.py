@@ -48,13 +48,13 @@ def test_db_upgrade_creates_the_default_store_at_the_repository_root(repo: Path)
     db_file = repo / ".perfguard" / "history.db"
     first = perfguard("db", "upgrade", cwd=repo / "src")
     assert first.returncode == 0, first.stderr
-    assert "created the schema (revision 0001)" in first.stdout
+    assert "created the schema (revision 0002)" in first.stdout
     assert str(db_file) in first.stdout
     assert db_file.is_file()
     again = perfguard("db", "upgrade", cwd=repo)
-    assert again.returncode == 0 and "schema up to date (revision 0001)" in again.stdout
+    assert again.returncode == 0 and "schema up to date (revision 0002)" in again.stdout
     current = perfguard("db", "current", cwd=repo)
-    assert current.returncode == 0 and "revision 0001 (up to date)" in current.stdout
+    assert current.returncode == 0 and "revision 0002 (up to date)" in current.stdout
 
 
 def test_db_current_changes_nothing(repo: Path) -> None:
@@ -108,10 +108,10 @@ def test_db_upgrade_on_postgresql(repo: Path, postgres_url: str) -> None:
     plain = postgres_url.replace("postgresql+psycopg://", "postgresql://")
     result = perfguard("db", "upgrade", "--db", plain, cwd=repo)
     assert result.returncode == 0, result.stderr
-    assert "created the schema (revision 0001)" in result.stdout
+    assert "created the schema (revision 0002)" in result.stdout
     assert "perfguard-test-secret" not in result.stdout and ":***@" in result.stdout
     current = perfguard("db", "current", cwd=repo, env={"PERFGUARD_DB": plain})
-    assert "revision 0001 (up to date)" in current.stdout
+    assert "revision 0002 (up to date)" in current.stdout
 
 
 @pytest.mark.postgres
