@@ -132,3 +132,18 @@ def test_wrong_password_and_missing_database_exit_2(repo: Path, postgres_server,
     assert result.returncode == 2
     assert 'database "no_such_database" does not exist' in result.stderr
     assert "createdb" in result.stderr
+
+
+def test_db_snapshot_writes_a_read_only_copy(repo: Path, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    assert perfguard("db", "upgrade", "--db", url, cwd=repo).returncode == 0
+    target = tmp_path / "baseline-snapshot.db"
+    result = perfguard("db", "snapshot", "--db", url, str(target), cwd=repo)
+    assert result.returncode == 0, result.stderr
+    assert f"read-only snapshot written to {target}" in result.stdout
+    assert target.stat().st_mode & 0o777 == 0o444
+    with Store.open(f"sqlite:///{target}", read_only=True) as snapshot:
+        assert snapshot.schema_state.up_to_date
+    missing = perfguard("db", "snapshot", "--db", f"sqlite:///{tmp_path / 'nope.db'}", str(target), cwd=repo)
+    assert missing.returncode == 2 and "never created" in missing.stderr
+    assert not (tmp_path / "nope.db").exists()
