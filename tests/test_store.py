@@ -418,6 +418,21 @@ def test_a_bad_result_in_the_middle_aborts_the_whole_run(
     assert snapshot(store) == before
 
 
+def test_nan_and_infinite_samples_are_ignored_as_the_docs_say(store: Store) -> None:
+    """docs/verdicts.md: "Samples that are NaN or infinite are ignored" (one NaN used to reject the
+    whole measurement, issue 13 D9): dropped, counted in info, the rest stored."""
+    samples = [1e-3, math.nan, 2e-3, math.inf, 3e-3, -math.inf]
+    record(store, results=[result(samples=samples), result(seq_len=512)])
+    ((_, (stored,)),) = [
+        (key, rounds)
+        for key, rounds in store.results_for(GPU.key, sha(1), "quick").items()
+        if "256" in key[1]
+    ]
+    assert stored.samples == [1e-3, 2e-3, 3e-3] and stored.n_samples == 3
+    assert stored.value == 2e-3 and stored.info["ignored_samples"] == 3
+    assert stored.info["warmup_s"] == 1.0  # the rest of info kept
+
+
 def test_duplicate_results_and_bad_run_fields_are_refused(store: Store) -> None:
     before = snapshot(store)
     with pytest.raises(StoreError, match="results 1 and 3 of the run are both"):
