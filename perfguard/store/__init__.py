@@ -22,6 +22,9 @@ Opening::
     store.files                          # SQLite: (db, -wal, -shm, -journal); for
                                          # gitrepo.work_tree(root, ignore=store.files)
     store.snapshot(path)                 # SQLite: a consistent read-only copy (what PR runners read)
+    Store.open(resolve_results(url))     # an untrusted check's own store: url, $PERFGUARD_RESULTS_DB,
+                                         # else sqlite:///<repo>/.perfguard/untrusted.db
+    untrusted_from_env()                 # $PERFGUARD_UNTRUSTED is 1/true/yes/on
 
 Trust (docs/ci.md, "Trust model"): every run is ``trusted`` or not.  Trusted: measured by the
 baseline branch's workflow or a maintainer's own command; untrusted: by anything that ran
@@ -100,14 +103,25 @@ from perfguard.store.records import (
 )
 from perfguard.store.schema import SchemaState
 from perfguard.store.store import ResultsByKey, Store
-from perfguard.store.url import StoreURL, default_url, mask, resolve
+from perfguard.store.url import (
+    RESULTS_ENV_VAR,
+    UNTRUSTED_ENV_VAR,
+    StoreURL,
+    default_url,
+    mask,
+    resolve,
+    resolve_results,
+    untrusted_from_env,
+)
 
 __all__ = [
     "DIRECTIONS",
     "MEASUREMENT_PURPOSES",
     "METRICS",
     "PURPOSES",
+    "RESULTS_ENV_VAR",
     "RESULT_STATUSES",
+    "UNTRUSTED_ENV_VAR",
     "CheckItemRecord",
     "CommitRecord",
     "MachineRecord",
@@ -129,4 +143,6 @@ __all__ = [
     "mask",
     "params_key",
     "resolve",
+    "resolve_results",
+    "untrusted_from_env",
 ]

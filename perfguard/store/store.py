@@ -130,7 +130,7 @@ class Store:
     @classmethod
     def open(
         cls,
-        url: str | URL | None = None,
+        url: str | URL | StoreURL | None = None,
         *,
         cwd: Path | None = None,
         migrate: bool = True,
@@ -144,9 +144,10 @@ class Store:
         :class:`StoreError`, by perfguard and by the database itself (SQLite ``mode=ro``,
         PostgreSQL ``default_transaction_read_only``); the store is never created or migrated, so
         it must exist at this perfguard's schema revision.
+        ``url`` may also be a :class:`StoreURL` from ``resolve`` / ``resolve_results``.
         Raises :class:`StoreError` for every way this can fail, with the URL's password masked.
         """
-        store_url = resolve(url, cwd=cwd)
+        store_url = url if isinstance(url, StoreURL) else resolve(url, cwd=cwd)
         engine = create(store_url, read_only=read_only)
         try:
             if migrate and not read_only:
