@@ -47,7 +47,7 @@ def current(db_url: str | None) -> None:
     if path is not None and not path.exists():
         click.echo(f"{store_url.masked}: no history store there yet (perfguard db upgrade creates it)")
         return
-    with Store.open(db_url, migrate=False) as store:
+    with Store.open(db_url, migrate=False, read_only=True) as store:
         state = store.schema_state
     if state.up_to_date:
         click.echo(f"{store.url}: revision {state.current} (up to date)")

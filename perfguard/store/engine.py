@@ -152,6 +152,8 @@ def _use_wal(cursor: Any) -> None:
                 cursor.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as exc:
+            if "readonly" in str(exc):
+                return  # a file this process may not write (a snapshot): reading it needs no WAL
             busy = "locked" in str(exc) or "busy" in str(exc)
             if not busy or time.monotonic() >= deadline:
                 raise
