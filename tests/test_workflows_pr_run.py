@@ -206,8 +206,11 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def runner_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The GPU runner's persistent store directory (its .env's PERFGUARD_DB), shared by its jobs."""
-    return tmp_path_factory.mktemp("runner-store")
+    """The GPU runner's persistent store directory (its .env's PERFGUARD_DB), shared by its jobs:
+    a store that exists (PR jobs open it read-only, which never creates one) and has no baselines."""
+    directory = tmp_path_factory.mktemp("runner-store")
+    Store.open(f"sqlite:///{directory / 'history.db'}").close()
+    return directory
 
 
 def pr_event(
@@ -521,11 +524,16 @@ def annotations(job: JobResult) -> list[str]:
 def test_missing_baseline_branch_fails_with_a_message_and_still_reports(
     tmp_path: Path, origin: dict[str, Any], prepared_python: Path, runner_store: Path
 ) -> None:
-    """Exit 2 path: the job fails, says what to do, and the summary, artifact and comment say it too."""
-    run = run_pr_workflow(
-        tmp_path, origin, origin["clean"], prepared_python, runner_store, base_ref="release-9"
-    )
+    """Exit 2 path: the job fails, says what to do, and the summary, artifact and comment say it too.
+    (On a runner whose baseline snapshot does not exist yet: the job says so and goes on without.)"""
+    no_store = tmp_path / "no-store"
+    no_store.mkdir()
+    run = run_pr_workflow(tmp_path, origin, origin["clean"], prepared_python, no_store, base_ref="release-9")
     job: JobResult = run["job"]
+    store_step = job.step("Check the baseline store is out of this job's reach")
+    assert store_step.outcome == "success"
+    assert f"The baseline store {no_store}/history.db does not exist" in store_step.output
+    assert list(no_store.iterdir()) == []  # nothing created there
     assert job.outcome == "failure"
     assert job.step("Resolve the baseline branch").returncode == 2
     assert [job.step(n).outcome for n in ("perfguard verify", "perfguard check")] == ["skipped", "skipped"]
