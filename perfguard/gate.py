@@ -77,9 +77,11 @@ def run_check(
     if verify_report is not None and not verify:
         raise UsageError("--verify-report and --no-verify contradict each other", hint="pass one of them")
     started = time.perf_counter()
-    tree = work_tree(bench.root)
+    tree = work_tree(bench.root, ignore=bench.store_files)
     ref_sha = rev_parse(bench.root, baseline_ref, what="baseline ref")
     base_sha = merge_base(bench.root, ref_sha, tree.head)
+    if not bench.trusted:
+        _rules_from_baseline(bench, base_sha)
     head = bench.head_side(tree)
     if tree.dirty:
         bench.say(
@@ -92,8 +94,8 @@ def run_check(
             f"HEAD is the merge-base of {baseline_ref} and HEAD: checking the commit against itself "
             "(an A/A check; HEAD is measured again)"
         )
-    # 1. baselines first, before any code under review runs
-    base_stored = bench.stored_rounds(base_sha)
+    # 1. baselines first, before any code under review runs; only trusted runs are baselines
+    base_stored = bench.stored_rounds(base_sha, trusted_only=True)
     head_stored = [] if (fresh or same_commit) else bench.stored_rounds(head.commit.sha, store=bench.store)
     # 2. verification of HEAD
     broken = _broken_impls(bench, verify_report, skip=not verify)
@@ -117,6 +119,27 @@ def run_check(
     stored = bench.store.get_check(check_id)
     assert stored is not None
     return CheckOutcome(check_id, stored, result, result.exit_code, seconds, retried)
+
+
+def _rules_from_baseline(bench: Bench, base_sha: str) -> None:
+    """An untrusted check takes its rules and its suite from the merge-base, never from HEAD.
+
+    HEAD is code under review: its ``[tool.perfguard]`` could raise the threshold to anything, and
+    its ``asv_benchmarks/`` could measure something else.  The rules and the suite that judge it
+    are the baseline's, as reviewed and merged (perfguard itself comes from the trusted install).
+    """
+    from perfguard.config import load_config
+    from perfguard.rounds import load_benchmark_dir
+
+    source = bench.commit_side(base_sha, "baseline").target.source
+    cli = bench.config.threshold if bench.config.threshold_source == "--threshold" else None
+    pyproject = source / "pyproject.toml"
+    bench.config = load_config(pyproject if pyproject.is_file() else None, threshold=cli)
+    bench.runner.benchmark_dir = load_benchmark_dir(source)
+    bench.say(
+        f"untrusted HEAD: the rules ([tool.perfguard]) and the asv suite come from the merge-base "
+        f"{base_sha[:10]}, not from HEAD"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -433,7 +456,7 @@ def _environment(bench: Bench, rounds: list[list[Any]], sha: str) -> dict[str, A
     """
     run_ids = {getattr(r, "run_id", None) for results in rounds for r in results} - {None}
     stored = []
-    for store in dict.fromkeys((bench.store, bench.baseline_store)):
+    for store in dict.fromkeys(s for s in (bench.store, bench.baseline_store) if s is not None):
         runs = store.runs_for(bench.machine.key, sha, bench.profile.name)
         stored += [r for r in runs if r.id in run_ids] if run_ids else runs[-1:]
     if stored:

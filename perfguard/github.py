@@ -12,22 +12,26 @@ The workflows in ``.github/workflows/`` call this module as ``python -m perfguar
 ``summary``
     Compose the Markdown that goes to the job summary and to the PR comment: the report perfguard
     wrote, or, when no report exists (verify failed, the baseline could not be resolved, perfguard
-    crashed), a short account of which step failed and its message. Also writes ``pr.json``, the
-    metadata the comment workflow needs.
+    crashed), a short account of which step failed and its message.
 ``comment``
     Create or update the *one* perfguard comment on a pull request, found by the hidden marker
     ``<!-- perfguard-report -->`` and by its author, never a new comment per push.
 
-Why the standard library only: ``comment`` runs in ``perfguard-pr-comment.yml``, a ``workflow_run``
-job that holds a token with ``pull-requests: write``. It must not install packages and must never
-run code from the pull request, so it checks out the default branch and runs this file with the
-runner's bare ``python3``. Everything it reads from the PR's artifact is treated as data: the PR
-number is checked against the workflow run that produced it, and the body is only text.
+Why the standard library only: ``comment`` runs in the ``comment`` job of ``perfguard-pr.yml``,
+which holds a token with ``pull-requests: write``. It must not install packages and must never run
+code from the pull request, so it checks out the base branch and runs this file with the runner's
+bare ``python3``. The PR number, head commit and the benchmark job's conclusion come from the
+workflow (GitHub's event and job results), never from the artifact. The artifact's Markdown was
+written by a job that ran the PR's code, so it is data that the PR controls: before it is posted
+under the bot's name, :func:`neutralize` makes every @mention, issue reference, link, image and
+HTML tag in it inert (docs/ci.md, "Trust model"), and a line written here, not by the PR, states
+the job's conclusion.
 """
 
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import os
 import re
@@ -163,7 +167,7 @@ def run_step(name: str, argv: Sequence[str], log_dir: Path) -> int:
 # --------------------------------------------------------------------------------------------------
 # summary: the Markdown for the job summary and the PR comment
 
-STEP_ORDER = ("baseline", "verify", "check", "run", "report")
+STEP_ORDER = ("baseline", "verify", "check", "run", "snapshot", "report")
 """Order in which the workflows run the recorded steps; the first failure is the one explained."""
 
 _CONSEQUENCE = {
@@ -171,6 +175,7 @@ _CONSEQUENCE = {
     "verify": "no benchmark comparison was made",
     "check": "there is no verdict report",
     "run": "no baseline was recorded for this commit",
+    "snapshot": "PR runners still read the previous baseline snapshot",
     "report": "the history site was not updated",
 }
 
@@ -272,13 +277,14 @@ def compose_summary(
         ]
         for step in perfguard_steps:
             tail = "\n".join(step.log.strip().splitlines()[-10:])
+            fence = code_fence(tail)
             lines += [
                 "",
                 f"<details><summary>perfguard {step.name}</summary>",
                 "",
-                "```text",
+                f"{fence}text",
                 tail,
-                "```",
+                fence,
                 "",
                 "</details>",
             ]
@@ -294,8 +300,16 @@ def compose_summary(
         meaning = _EXIT_MEANING.get(failed.exit_code or 0, f"crashed (exit {failed.exit_code})")
         consequence = _CONSEQUENCE.get(failed.name, "the job stopped there")
         lines.append(f"`perfguard {failed.name}` {meaning}; {consequence}.")
-        lines += ["", "```text", error_message_from_log(failed.log) or "(no output)", "```"]
+        message = error_message_from_log(failed.log) or "(no output)"
+        fence = code_fence(message)
+        lines += ["", f"{fence}text", message, fence]
     return "\n".join(lines) + footer
+
+
+def code_fence(text: str) -> str:
+    """A backtick fence longer than any run of backticks in ``text``, so the text cannot close it."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
 
 
 def write_summary(
@@ -304,16 +318,12 @@ def write_summary(
     head_sha: str,
     base_ref: str | None,
     run_url: str | None,
-    pr_number: int | None,
     step_summary: Path | None,
 ) -> str:
-    """Write ``comment.md`` (and ``pr.json`` for a PR) into ``report_dir``; append to the job summary."""
+    """Write ``comment.md`` into ``report_dir``; append it to the job summary."""
     report_dir.mkdir(parents=True, exist_ok=True)
     body = compose_summary(report_dir, head_sha=head_sha, base_ref=base_ref, run_url=run_url)
     (report_dir / "comment.md").write_text(body)
-    if pr_number is not None:
-        meta = {"number": pr_number, "head_sha": head_sha, "base_ref": base_ref}
-        (report_dir / "pr.json").write_text(json.dumps(meta, indent=2) + "\n")
     if step_summary is not None:
         with step_summary.open("a") as fh:
             fh.write(body if body.endswith("\n") else body + "\n")
@@ -355,51 +365,6 @@ def github_transport(api_url: str, token: str) -> Transport:
     return call
 
 
-@dataclass(frozen=True)
-class PullRequestClaim:
-    """What the (untrusted) artifact says about the PR it was produced for."""
-
-    number: int
-    head_sha: str
-
-    @classmethod
-    def load(cls, path: Path) -> PullRequestClaim:
-        try:
-            meta = json.loads(path.read_text())
-            number = int(meta["number"])
-            head_sha = str(meta["head_sha"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise GitHubError(f"{path} is not valid pr.json metadata: {exc}") from exc
-        if number <= 0 or not re.fullmatch(r"[0-9a-f]{40}", head_sha):
-            raise GitHubError(f"{path}: implausible PR number {number} or head SHA {head_sha!r}")
-        return cls(number, head_sha)
-
-
-def check_commit(claim: PullRequestClaim, run_head_sha: str) -> None:
-    """The artifact must describe the commit the workflow run measured (checked before any API call)."""
-    if claim.head_sha != run_head_sha:
-        raise GitHubError(
-            f"artifact claims commit {claim.head_sha}, but the workflow run measured {run_head_sha}"
-        )
-
-
-def verify_claim(claim: PullRequestClaim, pull: dict[str, Any], *, run_head_repo: str) -> None:
-    """Refuse to comment unless the artifact's PR really is the one the workflow run belongs to.
-
-    The artifact was written by the PR's own code, so its PR number is a claim. The workflow run's
-    head SHA and head repository come from GitHub (``github.event.workflow_run``) and cannot be
-    forged by the PR. With the claimed commit already equal to the run's commit
-    (:func:`check_commit`), requiring the claimed PR's head repository to be the run's head
-    repository stops a fork from steering the comment onto someone else's pull request.
-    """
-    head_repo = ((pull.get("head") or {}).get("repo") or {}).get("full_name")
-    if head_repo != run_head_repo:
-        raise GitHubError(
-            f"PR #{claim.number} comes from {head_repo!r}, but the workflow run came from "
-            f"{run_head_repo!r}; not commenting"
-        )
-
-
 def find_comment(
     transport: Transport, repo: str, number: int, author: str, marker: str = MARKER
 ) -> dict[str, Any] | None:
@@ -428,14 +393,113 @@ def upsert_comment(
     return "created", int(created["id"])
 
 
-def prepare_comment_body(artifact_dir: Path, run_url: str | None) -> str:
-    """``comment.md`` from the artifact with the marker guaranteed and GitHub's size limit kept."""
+# --------------------------------------------------------------------------------------------------
+# What the pull request wrote, posted under the bot's name (issue 13, W5)
+
+WORD_JOINER = "\u2060"
+"""Invisible, zero-width, and no letter or digit: inserted where GitHub would otherwise see a
+mention (``@⁠user``), an issue reference (``#⁠12``), a link (``[x]⁠(url)``), an image, an
+autolink (``https⁠://``) or an HTML tag (``<⁠img``).  The text reads as written; nothing fires."""
+
+_ALLOWED_TAGS = frozenset(
+    f"<{slash}{tag}>" for slash in ("", "/") for tag in ("details", "summary", "sub", "sup", "b", "i", "code")
+) | {"<br>", "<br/>", "<br />"}
+_ENTITY = re.compile(r"&(#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+_MEANINGFUL = frozenset("@#<>[]()!:/.")  # characters an entity could smuggle past the rules below
+_URL = re.compile(r"(?i)\b(?:https?|ftp)://[^\s<>()\[\]`'\"]*|\bwww\.[^\s<>()\[\]`'\"]*")
+_LINK_TARGET = re.compile(r"\]\(\s*<?([^\s)>]*)")
+_REFERENCE_DEFINITION = re.compile(r"(?m)^( {0,3}\[[^\]\n]*)\]:")
+_TAG = re.compile(r"<(?=[A-Za-z/!?])")
+_MENTION = re.compile(r"(?<![A-Za-z0-9_`])@(?=[A-Za-z0-9])")
+_ISSUE_REFERENCE = re.compile(r"(?<!&)#(?=[0-9])|(?i:\bGH-)(?=[0-9])")
+
+
+def allowed_link_prefixes(repo: str, run_url: str | None = None) -> tuple[str, ...]:
+    """Where links in the comment may point: this repository on GitHub and its Pages site."""
+    owner, _, name = repo.partition("/")
+    prefixes = [f"https://github.com/{repo}/", f"https://{owner.lower()}.github.io/{name}/"]
+    if run_url:
+        prefixes.append(run_url)
+    return tuple(prefixes)
+
+
+def neutralize(markdown: str, *, allowed_links: Sequence[str] = ()) -> str:
+    """Markdown from a job that ran the PR's code, made inert before the bot posts it.
+
+    Every @mention, issue reference, image, raw HTML tag (but the plain ``<details>``,
+    ``<summary>``, ``<sub>``... that reports use), link and bare URL is broken with an invisible
+    :data:`WORD_JOINER`, except links and URLs that start with one of ``allowed_links`` (the
+    repository's own pages: its workflow runs and history site).  Entities that spell one of
+    those characters (``&#64;`` for ``@``) are decoded first, so they cannot sneak past.  The
+    hidden marker on the first line is kept as it is.  Whatever the PR wrote still reads as
+    written: only invisible characters are added.
+    """
+    first, newline, rest = markdown.partition("\n")
+    if marker_of(first) is None:
+        first, newline, rest = "", "", markdown
+    text = _ENTITY.sub(_decode_meaningful, rest)
+    allowed = tuple(p.lower() for p in allowed_links)
+
+    def is_allowed(url: str) -> bool:
+        return bool(allowed) and url.lower().startswith(allowed)
+
+    text = text.replace("![", "!" + WORD_JOINER + "[")
+    text = _LINK_TARGET.sub(
+        lambda m: m.group(0) if is_allowed(m.group(1)) else "]" + WORD_JOINER + m.group(0)[1:], text
+    )
+    text = _REFERENCE_DEFINITION.sub(lambda m: m.group(1) + "]" + WORD_JOINER + ":", text)
+    text = _URL.sub(lambda m: m.group(0) if is_allowed(m.group(0)) else _break_url(m.group(0)), text)
+    text = _TAG.sub(lambda m: m.group(0) if _allowed_tag(text, m.start()) else "<" + WORD_JOINER, text)
+    text = _MENTION.sub("@" + WORD_JOINER, text)
+    text = _ISSUE_REFERENCE.sub(lambda m: m.group(0) + WORD_JOINER, text)
+    return first + newline + text
+
+
+def _decode_meaningful(match: re.Match[str]) -> str:
+    decoded = html.unescape(match.group(0))
+    return decoded if decoded in _MEANINGFUL else match.group(0)
+
+
+def _break_url(url: str) -> str:
+    if url.lower().startswith("www."):
+        return "www" + WORD_JOINER + url[3:]
+    scheme, sep, rest = url.partition("://")
+    return scheme + WORD_JOINER + sep + rest
+
+
+def _allowed_tag(text: str, start: int) -> bool:
+    end = text.find(">", start)
+    return end != -1 and end - start <= 12 and text[start : end + 1].lower() in _ALLOWED_TAGS
+
+
+def prepare_comment_body(
+    artifact_dir: Path, *, repo: str, run_url: str | None, conclusion: str | None = None
+) -> str:
+    """The comment: the artifact's ``comment.md`` neutralized, a line of ours, GitHub's size limit kept.
+
+    ``conclusion`` is GitHub's result of the benchmark job (``needs.benchmark.result``), so the
+    comment states it even if the PR's code rewrote the report.
+    """
     path = artifact_dir / "comment.md"
     if not path.exists():
         raise GitHubError(f"{path} is missing: the benchmark job did not write its summary")
+    body = neutralize(
+        ensure_marker(path.read_text(errors="replace")), allowed_links=allowed_link_prefixes(repo, run_url)
+    )
+    marker, _, report = body.partition("\n")
+    if conclusion:
+        if not re.fullmatch(r"[a-z_]{1,32}", conclusion):
+            raise GitHubError(f"implausible job conclusion {conclusion!r}")
+        where = f" ([workflow run]({run_url}))" if run_url else ""
+        ours = (
+            f"<sub>GitHub reports the benchmark job as **{conclusion}**{where}. The report below was written "
+            "by that job, which ran this pull request's code; links, mentions and HTML in it are shown as "
+            "plain text.</sub>"
+        )
+        body = f"{marker}\n{ours}\n\n{report}"
     note = "*The report was cut to fit a GitHub comment"
     note += f"; the full report is in the [workflow run's artifacts]({run_url}).*" if run_url else ".*"
-    return truncate_body(ensure_marker(path.read_text()), note)
+    return truncate_body(body, note)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -451,18 +515,18 @@ def _parser() -> argparse.ArgumentParser:
     step.add_argument("--log-dir", required=True, type=Path)
     step.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the command to run")
 
-    summary = sub.add_parser("summary", help="write comment.md (+ pr.json) and append to the job summary")
+    summary = sub.add_parser("summary", help="write comment.md and append to the job summary")
     summary.add_argument("--report-dir", required=True, type=Path)
     summary.add_argument("--head-sha", required=True)
     summary.add_argument("--base-ref", default=None)
     summary.add_argument("--run-url", default=None)
-    summary.add_argument("--pr-number", type=int, default=None)
 
     comment = sub.add_parser("comment", help="create or update the one perfguard comment on a PR")
     comment.add_argument("--artifact-dir", required=True, type=Path)
     comment.add_argument("--repo", required=True, help="owner/name of the base repository")
-    comment.add_argument("--run-head-sha", required=True, help="github.event.workflow_run.head_sha")
-    comment.add_argument("--run-head-repo", required=True, help="workflow_run.head_repository.full_name")
+    comment.add_argument("--pr-number", required=True, type=int, help="github.event.pull_request.number")
+    comment.add_argument("--head-sha", required=True, help="the commit that was benchmarked (from the gate)")
+    comment.add_argument("--conclusion", default=None, help="needs.benchmark.result, stated in the comment")
     comment.add_argument("--run-url", default=None)
     comment.add_argument("--author", default=DEFAULT_AUTHOR)
     comment.add_argument(
@@ -493,31 +557,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             head_sha=args.head_sha,
             base_ref=args.base_ref,
             run_url=args.run_url,
-            pr_number=args.pr_number,
             step_summary=Path(summary_path) if summary_path else None,
         )
         return 0
 
     try:
-        claim = PullRequestClaim.load(args.artifact_dir / "pr.json")
-        body = prepare_comment_body(args.artifact_dir, args.run_url)
-        check_commit(claim, args.run_head_sha)
+        if args.pr_number <= 0 or not re.fullmatch(r"[0-9a-f]{40}", args.head_sha):
+            raise GitHubError(f"implausible PR number {args.pr_number} or head SHA {args.head_sha!r}")
+        body = prepare_comment_body(
+            args.artifact_dir, repo=args.repo, run_url=args.run_url, conclusion=args.conclusion
+        )
         if args.dry_run is not None:
-            plan = {"repo": args.repo, "pr": claim.number, "head_sha": claim.head_sha, "body": body}
+            plan = {"repo": args.repo, "pr": args.pr_number, "head_sha": args.head_sha, "body": body}
             args.dry_run.write_text(json.dumps(plan, indent=2) + "\n")
-            print(f"dry run: would create or update the perfguard comment on PR #{claim.number}")
+            print(f"dry run: would create or update the perfguard comment on PR #{args.pr_number}")
             return 0
         token = os.environ.get("GITHUB_TOKEN")
         if not token:
             raise GitHubError("GITHUB_TOKEN is not set: pass ${{ github.token }} in the step's env")
         transport = github_transport(os.environ.get("GITHUB_API_URL", "https://api.github.com"), token)
-        pull = transport("GET", f"/repos/{args.repo}/pulls/{claim.number}", None)
-        verify_claim(claim, pull, run_head_repo=args.run_head_repo)
-        action, comment_id = upsert_comment(transport, args.repo, claim.number, body, args.author)
+        action, comment_id = upsert_comment(transport, args.repo, args.pr_number, body, args.author)
     except GitHubError as exc:
         print(workflow_command("error", str(exc), "perfguard PR comment"))
         return 1
-    print(f"{action} comment {comment_id} on PR #{claim.number}")
+    print(f"{action} comment {comment_id} on PR #{args.pr_number}")
     return 0
 
 

@@ -7,18 +7,29 @@ hint says what to do (exit 2).
 A dirty work tree is not a commit: it is measured as HEAD plus the changes and stored as
 ``<head sha>+dirty.<12 hex>``, the hex being a hash of ``git diff HEAD`` and of the untracked
 files, so the same changes map to the same key and different ones never collide.  It is never used
-as a baseline.
+as a baseline.  The history store's own files are not changes: ``work_tree(root, ignore=...)``
+leaves them out (a ``--db sqlite:///relative.db`` inside the work tree made every run ``+dirty``).
+
+Scratch space: every measurement works in a ``perfguard-*`` directory under the system's temporary
+directory (``scratch_dir``), marked with its owner process, and measures other commits in git
+worktrees inside it (``checkout``).  A perfguard killed with SIGKILL (the OOM killer, a cancelled
+CI job) cannot remove them; ``cleanup_stale`` does, at the start of the next command: it removes
+the worktrees and scratch directories of processes that no longer exist, and nothing else.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -139,10 +150,16 @@ def current_branch(root: Path) -> str | None:
     return out or None
 
 
-def work_tree(root: Path) -> WorkTree:
-    """HEAD and the state of the work tree (tracked changes and untracked, not ignored, files)."""
+def work_tree(root: Path, *, ignore: Iterable[Path] = ()) -> WorkTree:
+    """HEAD and the state of the work tree (tracked changes and untracked, not ignored, files).
+
+    ``ignore``: files that are not part of the code even when they sit in the work tree: the
+    history store's (``Store.files``: the database and its -wal, -shm and -journal files).  Paths
+    outside the work tree are skipped.
+    """
     head = rev_parse(root, "HEAD", what="HEAD")
-    raw = git(root, "status", "--porcelain=v1", "--untracked-files=all", "-z", binary=True)
+    pathspec = ["--", ".", *_excludes(root, ignore)]
+    raw = git(root, "status", "--porcelain=v1", "--untracked-files=all", "-z", *pathspec, binary=True)
     assert isinstance(raw, bytes)
     # not stripped: each entry starts with its two status columns, the first often a space
     entries = [e for e in raw.decode(errors="replace").split("\x00") if e]
@@ -150,16 +167,30 @@ def work_tree(root: Path) -> WorkTree:
         return WorkTree(head, None, ())
     changed = tuple(sorted({e[3:] for e in entries if len(e) > 3}))
     digest = hashlib.sha1()
-    diff = git(root, "diff", "--binary", "HEAD", binary=True)
+    diff = git(root, "diff", "--binary", "HEAD", *pathspec, binary=True)
     assert isinstance(diff, bytes)
     digest.update(diff)
-    untracked = _text(root, "ls-files", "--others", "--exclude-standard", "-z")
+    untracked = _text(root, "ls-files", "--others", "--exclude-standard", "-z", *pathspec)
     for name in sorted(n for n in untracked.split("\x00") if n):
         path = root / name
         digest.update(name.encode() + b"\x00")
         if path.is_file():
             digest.update(path.read_bytes())
     return WorkTree(head, digest.hexdigest()[:12], changed)
+
+
+def _excludes(root: Path, paths: Iterable[Path]) -> list[str]:
+    """Pathspecs that leave ``paths`` (those inside the work tree) out of status, diff and ls-files."""
+    top = Path(root).resolve()
+    specs = []
+    for path in paths:
+        try:
+            relative = Path(path).resolve().relative_to(top)
+        except ValueError:
+            continue  # outside the work tree: git does not see it anyway
+        if relative.parts:
+            specs.append(f":(exclude,literal){relative.as_posix()}")
+    return specs
 
 
 @contextmanager
@@ -177,3 +208,180 @@ def checkout(root: Path, sha: str, parent: Path) -> Iterator[Path]:
         if path.exists():
             shutil.rmtree(path, ignore_errors=True)
         git(root, "worktree", "prune", check=False)
+
+
+# --- scratch directories and what a killed perfguard leaves behind ------------------------------
+
+SCRATCH_PREFIX = "perfguard-"
+OWNER_FILE = ".perfguard-owner"
+"""In a scratch directory: the process that owns it, ``{"pid": N, "started": <start time>}``."""
+_WORKTREE_NAME = re.compile(r"^worktree-[0-9a-f]{12}-(?P<pid>\d+)$")  # what checkout() creates
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A process, identified by pid and start time (a pid alone may belong to a newer process)."""
+
+    pid: int
+    started: int | None = None  # /proc/<pid>/stat field 22 on Linux; None elsewhere
+
+    @classmethod
+    def current(cls) -> Owner:
+        return cls(os.getpid(), _start_time(os.getpid()))
+
+    def alive(self) -> bool:
+        """Whether this very process still runs (a zombie, or another process on its pid, does not)."""
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # another user's process: it exists
+        stat = _stat_fields(self.pid)
+        if stat is None:  # no /proc (not Linux): the pid exists, and that is all we can tell
+            return True
+        state, started = stat[0], int(stat[19])
+        return state not in ("Z", "X") and (self.started is None or started == self.started)
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields 3.. of /proc/<pid>/stat (after the command name, which may hold spaces), or None."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def _start_time(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields is not None else None
+
+
+def scratch_dir(parent: Path | None = None) -> Path:
+    """A new ``perfguard-*`` directory (under ``parent``, default the system's temporary directory),
+    marked with this process as its owner, so that :func:`cleanup_stale` can tell, after a
+    SIGKILL, that nobody uses it any more."""
+    path = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent))
+    owner = Owner.current()
+    (path / OWNER_FILE).write_text(json.dumps({"pid": owner.pid, "started": owner.started}) + "\n")
+    return path
+
+
+@dataclass
+class Cleanup:
+    """What :func:`cleanup_stale` removed, and the scratch directories it left alone (and why)."""
+
+    worktrees: list[Path] = field(default_factory=list)
+    scratch_dirs: list[Path] = field(default_factory=list)
+    kept: list[tuple[Path, str]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.worktrees or self.scratch_dirs)
+
+    def describe(self) -> str:
+        """One line for the command's output ("" when nothing was removed)."""
+        parts = []
+        if self.worktrees:
+            parts.append(f"{len(self.worktrees)} git worktree(s)")
+        if self.scratch_dirs:
+            parts.append(f"{len(self.scratch_dirs)} scratch directory(ies)")
+        if not parts:
+            return ""
+        return f"removed {' and '.join(parts)} left by perfguard processes that were killed"
+
+
+def cleanup_stale(root: Path, *, scratch_parent: Path | None = None) -> Cleanup:
+    """Remove the git worktrees and scratch directories of perfguard processes that were killed.
+
+    Call it at the start of a command that measures (``run``, ``check``, ``calibrate``).  Safe to
+    run while other perfguard processes work: only what belongs to a process that no longer exists
+    is touched.
+
+    - Scratch directories: ``perfguard-*`` entries of ``scratch_parent`` (default: the system's
+      temporary directory) owned by this user, whose owner file (:func:`scratch_dir`) names a
+      dead process; a directory without an owner file counts as dead only if it holds
+      :func:`checkout` worktrees (their names carry the pid) and all their processes are dead.
+      Anything else (another tool's ``perfguard-*`` directory, a live run) is left alone.
+    - Git worktrees of ``root``: those inside a removed scratch directory, those named by
+      :func:`checkout` whose process is dead, and registrations whose directory is gone
+      (``git worktree prune``).
+    """
+    done = Cleanup()
+    registered = _worktrees(root)
+    parent = Path(scratch_parent) if scratch_parent is not None else Path(tempfile.gettempdir())
+    dead_dirs: list[Path] = []
+    with contextlib.suppress(OSError):
+        for entry in sorted(parent.iterdir()):
+            if not entry.name.startswith(SCRATCH_PREFIX):
+                continue
+            verdict = _scratch_owner_dead(entry)
+            if verdict is True:
+                dead_dirs.append(entry)
+            elif isinstance(verdict, str):
+                done.kept.append((entry, verdict))
+    dead_dirs_resolved = [d.resolve() for d in dead_dirs]
+    for tree in registered:
+        inside_dead = any(tree.resolve().is_relative_to(d) for d in dead_dirs_resolved)
+        if inside_dead or _checkout_owner_dead(tree):
+            git(root, "worktree", "remove", "--force", str(tree), check=False)
+            if tree.exists():
+                shutil.rmtree(tree, ignore_errors=True)
+            done.worktrees.append(tree)
+    for directory in dead_dirs:
+        shutil.rmtree(directory, ignore_errors=True)  # never follows symlinks (the import shims)
+        if not directory.exists():
+            done.scratch_dirs.append(directory)
+    git(root, "worktree", "prune", check=False)
+    return done
+
+
+def _worktrees(root: Path) -> list[Path]:
+    """The linked worktrees of ``root``'s repository that still exist (not the main one)."""
+    out = _text(root, "worktree", "list", "--porcelain", check=False)
+    paths = [Path(line[len("worktree ") :]) for line in out.splitlines() if line.startswith("worktree ")]
+    return [p for p in paths[1:] if p.exists()]
+
+
+def _scratch_owner_dead(directory: Path) -> bool | str:
+    """True: its owner is dead; a string: why it is kept (a live owner returns "")."""
+    try:
+        info = directory.lstat()
+    except OSError:
+        return ""
+    if not directory.is_dir() or directory.is_symlink():
+        return ""
+    if info.st_uid != os.getuid():
+        return "another user's"
+    marker = directory / OWNER_FILE
+    if marker.is_file():
+        try:
+            data = json.loads(marker.read_text())
+            owner = Owner(int(data["pid"]), data.get("started"))
+        except (OSError, ValueError, KeyError, TypeError):
+            return "unreadable owner file"
+        return True if not owner.alive() else ""
+    pids = [int(m.group("pid")) for p in _listdir(directory) if (m := _WORKTREE_NAME.match(p))]
+    if not pids:
+        return "no owner file"
+    return True if not any(Owner(pid).alive() for pid in pids) else ""
+
+
+def _checkout_owner_dead(tree: Path) -> bool:
+    """A worktree made by :func:`checkout` (its name carries the pid) whose process is gone."""
+    match = _WORKTREE_NAME.match(tree.name)
+    if match is None:
+        return False  # not ours: a worktree the user made
+    marker = tree.parent / OWNER_FILE
+    if marker.is_file():
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            data = json.loads(marker.read_text())
+            return not Owner(int(data["pid"]), data.get("started")).alive()
+    return not Owner(int(match.group("pid"))).alive()
+
+
+def _listdir(directory: Path) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []

@@ -25,7 +25,6 @@ import shlex
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -89,7 +88,7 @@ class Bench:
     profile: Profile
     device: str
     store: Store  # where this invocation writes (an untrusted bench: its results store)
-    baseline_store: Store  # where baselines are read (an untrusted bench: read-only)
+    baseline_store: Store | None  # where baselines are read (untrusted: read-only; None: no store yet)
     runner: RoundRunner
     config: Config
     bench: tuple[str, ...]
@@ -113,6 +112,12 @@ class Bench:
 
     def say(self, message: str) -> None:
         self.reporter.say(message)
+
+    @property
+    def store_files(self) -> tuple[Path, ...]:
+        """The stores' own files (a SQLite store inside the work tree is not a change to the code)."""
+        stores = [s for s in (self.store, self.baseline_store) if s is not None]
+        return tuple(f for s in stores for f in s.files)
 
     # --- sides ---------------------------------------------------------------------------------
 
@@ -174,6 +179,7 @@ class Bench:
             started_at=round_.started_at,
             finished_at=round_.finished_at,
             results=list(results),
+            trusted=self.trusted,
         )
 
     def measure(
@@ -212,30 +218,40 @@ class Bench:
     # --- reusing measurements ------------------------------------------------------------------
 
     def stored_rounds(
-        self, sha: str, purposes: Sequence[str] | None = None, *, store: Store | None = None
+        self,
+        sha: str,
+        purposes: Sequence[str] | None = None,
+        *,
+        store: Store | None = None,
+        trusted_only: bool = False,
     ) -> list[list[StoredResult]]:
         """Earlier rounds of ``sha`` on this machine key and profile that cover the current selection.
 
         A run is reusable when it was made by the current suite version and with no benchmark
         selection or the same one; its results are narrowed to the current selection.  Returns
         one list of results per reusable run, oldest first ([] when there is none).  ``store``:
-        where to read (default: the baseline store).
+        where to read (default: the baseline store); ``trusted_only``: only runs of trusted code
+        (what a baseline is made of, docs/ci.md "Trust model").
         """
         from perfguard.profiles import SUITE_VERSION
         from perfguard.store import MEASUREMENT_PURPOSES
 
         source = store if store is not None else self.baseline_store
+        if source is None:
+            return []
         wanted = list(self.bench) or None
         kinds = tuple(purposes or MEASUREMENT_PURPOSES)
+        key, profile = self.machine.key, self.profile.name
         runs = [
             r
-            for r in source.runs_for(self.machine.key, sha, self.profile.name, purposes=kinds)
+            for r in source.runs_for(key, sha, profile, purposes=kinds, trusted_only=trusted_only)
             if r.settings.get("suite_version") == SUITE_VERSION and r.settings.get("bench") in (None, wanted)
         ]
         if not runs:
             return []
         by_run: dict[int, list[StoredResult]] = {r.id: [] for r in runs}
-        for results in source.results_for(self.machine.key, sha, self.profile.name, purposes=kinds).values():
+        found = source.results_for(key, sha, profile, purposes=kinds, trusted_only=trusted_only)
+        for results in found.values():
             for result in results:
                 if result.run_id in by_run and selected(result, self.bench):
                     by_run[result.run_id].append(result)
@@ -328,10 +344,10 @@ def open_bench(
     """
     from perfguard import profiles
     from perfguard.config import find_pyproject, load_config
-    from perfguard.gitrepo import repo_root
+    from perfguard.gitrepo import cleanup_stale, repo_root, scratch_dir
     from perfguard.machine import fingerprint
     from perfguard.rounds import RoundRunner
-    from perfguard.store import Store
+    from perfguard.store import Store, resolve_results
 
     root = repo_root(cwd)
     config = load_config(find_pyproject(root), threshold=threshold)
@@ -347,19 +363,21 @@ def open_bench(
         raise UsageError(str(exc), hint="drop --device cuda, or run on a machine with a GPU") from None
     profile = profiles.resolve(profile_name, cuda=machine.has_cuda)
     with ExitStack() as opened:
-        baseline_store = Store.open(db_url, cwd=root, **({} if trusted else {"read_only": True}))
-        opened.callback(baseline_store.close)
+        baseline_store: Store | None
         if trusted:
-            store = baseline_store
-        else:
-            url = results_db_url or f"sqlite:///{root / '.perfguard' / 'untrusted.db'}"
-            (root / ".perfguard").mkdir(exist_ok=True)
-            store = Store.open(url, cwd=root)
+            store = baseline_store = Store.open(db_url, cwd=root)
             opened.callback(store.close)
-        check_writable = getattr(store, "check_writable", None)
-        if callable(check_writable):
-            check_writable()
-        work_dir = Path(tempfile.mkdtemp(prefix="perfguard-"))
+        else:
+            baseline_store = _open_baselines_read_only(db_url, root, reporter)
+            if baseline_store is not None:
+                opened.callback(baseline_store.close)
+            store = Store.open(resolve_results(results_db_url, cwd=root), cwd=root)
+            opened.callback(store.close)
+        store.check_writable()
+        removed = cleanup_stale(root)
+        if removed:
+            reporter.say(removed.describe())
+        work_dir = scratch_dir()
         opened.callback(shutil.rmtree, work_dir, True)
         bench_ctx: Bench | None = None
         with interrupts_as_errors(store_written=lambda: bench_ctx is not None and bench_ctx.wrote):
@@ -377,12 +395,34 @@ def open_bench(
                 reporter, trusted,
             )  # fmt: skip
             with bench_ctx.stack:
-                where = store.url if trusted else f"{baseline_store.url} (read-only), results in {store.url}"
+                if trusted:
+                    where = store.url
+                elif baseline_store is None:
+                    where = f"no baseline store (nothing stored yet), results in {store.url}"
+                else:
+                    where = f"{baseline_store.url} (read-only), results in {store.url}"
                 reporter.say(
                     f"perfguard: {machine.label} (machine key {machine.key!r}), profile {profile.name} "
                     f"({profile.description}), store {where}"
                 )
                 yield bench_ctx
+
+
+def _open_baselines_read_only(db_url: str | None, root: Path, reporter: Reporter) -> Store | None:
+    """The history store, read-only, for an untrusted bench; None when it does not exist yet.
+
+    A runner whose baseline snapshot was never published has no baselines: the check then measures
+    the merge-base itself, into its own results store (it never becomes a baseline).
+    """
+    from perfguard.store import Store
+    from perfguard.store.url import resolve
+
+    url = resolve(db_url, cwd=root)
+    path = url.sqlite_path
+    if path is not None and not path.exists():
+        reporter.say(f"no history store at {path} yet: the baseline is measured here, kept with the results")
+        return None
+    return Store.open(url, cwd=root, read_only=True)
 
 
 @contextmanager

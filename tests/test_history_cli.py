@@ -215,3 +215,77 @@ def test_history_on_postgresql(repo: Path, postgres_url: str) -> None:
         "history", "--impl", "ring", "--machine", "H100", cwd=repo, env={"PERFGUARD_DB": postgres_url}
     )
     assert table.returncode == 0 and "+50.0%" in table.stdout
+
+
+HOSTILE = (
+    "[/oops]",
+    "ring[fp8]",
+    "[bold red]not bold[/]",
+    "<script>alert('x')</script>",
+    "x'); DROP TABLE runs; --",
+    '=HYPERLINK("http://evil.example","click")',
+    "注意力 😀 ∑",
+    "../../etc/passwd",
+)
+
+
+def fill_hostile(url: str) -> None:
+    """One series per hostile name: as the machine key and the implementation (so the params)."""
+    with Store.open(url) as store:
+        for n, name in enumerate((*HOSTILE, "evil\x1b[2J\u202egnp.exe"), start=1):
+            store.record_run(
+                MachineRecord(key=name, kind="cpu", label=name),
+                CommitRecord(sha=sha(n), base_sha=sha(n), committed_at=T0 + timedelta(days=n), subject=name),
+                profile="quick",
+                software={},
+                fingerprint={},
+                settings={},
+                started_at=T0,
+                finished_at=T0,
+                results=[
+                    ResultRecord(
+                        benchmark=FORWARD,
+                        impl=name,
+                        params={"impl": name, "seq_len": 512},
+                        metric="time",
+                        unit="seconds",
+                        direction="lower",
+                        gated=True,
+                        samples=[1e-3, 2e-3, 3e-3],
+                    )
+                ],
+            )
+
+
+def test_history_shows_hostile_names_as_written(repo: Path, tmp_path: Path) -> None:
+    """D2: rich markup in a name crashed `perfguard history` ([/oops]) or was eaten (ring[fp8])."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    fill_hostile(url)
+    table = perfguard("history", "--db", url, cwd=repo, env={"COLUMNS": "400"})
+    assert table.returncode == 0, table.stderr
+    for name in HOSTILE:
+        assert f" {name} " in table.stdout, name  # the machine column, verbatim
+        assert f"impl={name},seq_len=512" in table.stdout, name
+    # Control characters and bidi overrides are spelled out, never sent to the terminal.
+    assert "evil\\x1b[2J\\u202egnp.exe" in table.stdout
+    assert "\x1b" not in table.stdout and "\u202e" not in table.stdout
+    document = json.loads(perfguard("history", "--db", url, "--json", "-", cwd=repo).stdout)
+    assert {s["impl"] for s in document["series"]} == {*HOSTILE, "evil\x1b[2J\u202egnp.exe"}
+    # The "did you mean" message lists stored names as written too.
+    none = perfguard("history", "--db", url, "--impl", "[nope]", cwd=repo)
+    assert none.returncode == 0 and "no stored series match impl='[nope]'" in none.stderr
+    assert "ring[fp8]" in none.stderr and "\x1b" not in none.stderr
+
+
+def test_history_opens_the_store_read_only(repo: Path, tmp_path: Path) -> None:
+    """history never writes: a snapshot (read-only, rollback journal) stays as it is."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    fill(url)
+    with Store.open(url) as store:
+        snapshot = store.snapshot(tmp_path / "snapshot.db")
+    before = snapshot.read_bytes()
+    result = perfguard("history", "--db", f"sqlite:///{snapshot}", cwd=repo)
+    assert result.returncode == 0, result.stderr
+    assert "5 series" in result.stdout
+    assert snapshot.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.db", "project", "snapshot.db"]

@@ -382,8 +382,15 @@ def test_timestamps_are_utc_whatever_zone_they_came_in(store: Store) -> None:
 @pytest.mark.parametrize(
     ("bad", "words"),
     [
-        (dict(samples=[1.0, float("nan"), 2.0]), "sample 1 is nan"),
-        (dict(samples=[1.0, math.inf]), "sample 1 is inf"),
+        (dict(samples=[1e-3, -2e-3, 3e-3]), "sample 1 is -0.002: a time sample is a positive amount"),
+        (dict(samples=[1e-3, 0.0]), "sample 1 is 0.0: a time sample is a positive amount of seconds"),
+        (dict(samples=[]), "samples is an empty list; pass None"),
+        (dict(samples=[1e-3, True]), "sample 1 is True, not a number"),
+        (dict(samples=[1e-3, "2e-3"]), "sample 1 is '2e-3', not a number"),
+        (dict(samples=[1e-3, 10**401]), "sample 1 is 1000000000000000000000000000000000000..."),
+        (dict(samples=[math.nan, math.inf, -math.inf]), "all 3 samples are NaN or infinite"),
+        (dict(samples=None, value=-1.0), "value is -1.0: a time is a positive amount of seconds"),
+        (dict(samples=None, value=True), "value is True, not a finite number"),
         (dict(metric="speed"), "metric is 'speed'"),
         (dict(direction="up"), "direction is 'up'"),
         (dict(status="ok", samples=None, value=None), "needs a value"),
@@ -409,6 +416,21 @@ def test_a_bad_result_in_the_middle_aborts_the_whole_run(
     assert "result 6 of 9" in message
     assert "nothing was written" in message
     assert snapshot(store) == before
+
+
+def test_nan_and_infinite_samples_are_ignored_as_the_docs_say(store: Store) -> None:
+    """docs/verdicts.md: "Samples that are NaN or infinite are ignored" (one NaN used to reject the
+    whole measurement, issue 13 D9): dropped, counted in info, the rest stored."""
+    samples = [1e-3, math.nan, 2e-3, math.inf, 3e-3, -math.inf]
+    record(store, results=[result(samples=samples), result(seq_len=512)])
+    ((_, (stored,)),) = [
+        (key, rounds)
+        for key, rounds in store.results_for(GPU.key, sha(1), "quick").items()
+        if "256" in key[1]
+    ]
+    assert stored.samples == [1e-3, 2e-3, 3e-3] and stored.n_samples == 3
+    assert stored.value == 2e-3 and stored.info["ignored_samples"] == 3
+    assert stored.info["warmup_s"] == 1.0  # the rest of info kept
 
 
 def test_duplicate_results_and_bad_run_fields_are_refused(store: Store) -> None:

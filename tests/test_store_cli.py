@@ -48,13 +48,13 @@ def test_db_upgrade_creates_the_default_store_at_the_repository_root(repo: Path)
     db_file = repo / ".perfguard" / "history.db"
     first = perfguard("db", "upgrade", cwd=repo / "src")
     assert first.returncode == 0, first.stderr
-    assert "created the schema (revision 0001)" in first.stdout
+    assert "created the schema (revision 0002)" in first.stdout
     assert str(db_file) in first.stdout
     assert db_file.is_file()
     again = perfguard("db", "upgrade", cwd=repo)
-    assert again.returncode == 0 and "schema up to date (revision 0001)" in again.stdout
+    assert again.returncode == 0 and "schema up to date (revision 0002)" in again.stdout
     current = perfguard("db", "current", cwd=repo)
-    assert current.returncode == 0 and "revision 0001 (up to date)" in current.stdout
+    assert current.returncode == 0 and "revision 0002 (up to date)" in current.stdout
 
 
 def test_db_current_changes_nothing(repo: Path) -> None:
@@ -108,10 +108,10 @@ def test_db_upgrade_on_postgresql(repo: Path, postgres_url: str) -> None:
     plain = postgres_url.replace("postgresql+psycopg://", "postgresql://")
     result = perfguard("db", "upgrade", "--db", plain, cwd=repo)
     assert result.returncode == 0, result.stderr
-    assert "created the schema (revision 0001)" in result.stdout
+    assert "created the schema (revision 0002)" in result.stdout
     assert "perfguard-test-secret" not in result.stdout and ":***@" in result.stdout
     current = perfguard("db", "current", cwd=repo, env={"PERFGUARD_DB": plain})
-    assert "revision 0001 (up to date)" in current.stdout
+    assert "revision 0002 (up to date)" in current.stdout
 
 
 @pytest.mark.postgres
@@ -132,3 +132,18 @@ def test_wrong_password_and_missing_database_exit_2(repo: Path, postgres_server,
     assert result.returncode == 2
     assert 'database "no_such_database" does not exist' in result.stderr
     assert "createdb" in result.stderr
+
+
+def test_db_snapshot_writes_a_read_only_copy(repo: Path, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    assert perfguard("db", "upgrade", "--db", url, cwd=repo).returncode == 0
+    target = tmp_path / "baseline-snapshot.db"
+    result = perfguard("db", "snapshot", "--db", url, str(target), cwd=repo)
+    assert result.returncode == 0, result.stderr
+    assert f"read-only snapshot written to {target}" in result.stdout
+    assert target.stat().st_mode & 0o777 == 0o444
+    with Store.open(f"sqlite:///{target}", read_only=True) as snapshot:
+        assert snapshot.schema_state.up_to_date
+    missing = perfguard("db", "snapshot", "--db", f"sqlite:///{tmp_path / 'nope.db'}", str(target), cwd=repo)
+    assert missing.returncode == 2 and "never created" in missing.stderr
+    assert not (tmp_path / "nope.db").exists()

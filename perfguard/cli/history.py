@@ -5,6 +5,10 @@ commit's value, its spread (interquartile range relative to the value), the samp
 the change from the commit before.  Changes beyond the default 20% threshold in the worse
 direction are red, in the better direction green: a quick look, not a verdict (``perfguard check``
 decides with statistics).
+
+The store is opened read-only (``perfguard history`` never writes, creates or migrates one), and
+every stored name is printed as written: machine keys, benchmarks and parameters come from
+whoever wrote the store, so they go through :mod:`perfguard.console`, never through rich's markup.
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from perfguard.cli.options import db_option
+from perfguard.console import plain, visible
 from perfguard.files import write_atomic
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from perfguard.store import Series, SeriesPoint, Store
 
 _HIGHLIGHT = 0.20  # the default regression threshold (DESIGN.md)
@@ -73,7 +80,7 @@ def history(
         _say_empty(json_path, store_url.masked, "no history store here yet: perfguard run records results")
         return
 
-    with Store.open(db_url) as store:
+    with Store.open(db_url, read_only=True) as store:
         found = store.series(
             machine=machine,
             benchmark=benchmark,
@@ -102,14 +109,14 @@ def _say_empty(json_path: Path | None, where: str, message: str) -> None:
 
 def _nothing_found(store: Store, *, impl: str | None, benchmark: str | None, machine: str | None) -> str:
     filters = {"impl": impl, "benchmark": benchmark, "machine": machine}
-    given = ", ".join(f"{name}={value!r}" for name, value in filters.items() if value is not None)
+    given = ", ".join(f"{name}={visible(repr(v))}" for name, v in filters.items() if v is not None)
     if not given:
         return f"{store.url}: no results stored yet (perfguard run records some)"
     lines = [f"{store.url}: no stored series match {given}"]
     for name, value in filters.items():
         if value is not None:
             known = store.distinct(name)
-            shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
+            shown = ", ".join(visible(k) for k in known[:12]) + (", ..." if len(known) > 12 else "")
             lines.append(f"  stored {name} values: {shown or '(none)'}")
     return "\n".join(lines)
 
@@ -170,7 +177,7 @@ def _print_table(where: str, found: list[Series]) -> None:
     if not console.is_terminal:
         console.width = max(console.width, 200)  # logs and pipes: do not squeeze the table to 80 columns
     n_points = sum(len(s.points) for s in found)
-    table = Table(title=f"{len(found)} series, {n_points} points: {where}", title_justify="left")
+    table = Table(title=plain(f"{len(found)} series, {n_points} points: {where}"), title_justify="left")
     table.add_column("machine", overflow="fold")
     table.add_column("benchmark", overflow="fold")
     table.add_column("params", overflow="fold")
@@ -187,10 +194,10 @@ def _print_table(where: str, found: list[Series]) -> None:
             first = i == len(points) - 1
             older = points[i - 1] if i > 0 else None
             table.add_row(
-                series.machine_key if first else "",
-                _short_benchmark(series.benchmark) if first else "",
-                series.params_key if first else "",
-                point.sha[:10] + ("+dirty" if point.dirty else ""),
+                plain(series.machine_key if first else ""),
+                plain(_short_benchmark(series.benchmark) if first else ""),
+                plain(series.params_key if first else ""),
+                plain(point.sha[:10] + ("+dirty" if point.dirty else "")),
                 point.committed_at.strftime("%Y-%m-%d %H:%M"),
                 _value(point, series.unit),
                 _spread(point),
@@ -206,10 +213,10 @@ def _short_benchmark(name: str) -> str:
     return ".".join(parts[1:]) if len(parts) > 2 else name
 
 
-def _value(point: SeriesPoint, unit: str) -> str:
+def _value(point: SeriesPoint, unit: str) -> Text:
     if point.value is None:
-        return f"[dim]{point.status}[/dim]"
-    return format_value(point.value, unit)
+        return plain(point.status, "dim")
+    return plain(format_value(point.value, unit))
 
 
 def format_value(value: float, unit: str) -> str:
@@ -237,14 +244,12 @@ def _spread(point: SeriesPoint) -> str:
     return f"{(point.q75 - point.q25) / abs(point.value):.1%}"
 
 
-def _change(point: SeriesPoint, older: SeriesPoint | None, direction: str) -> str:
+def _change(point: SeriesPoint, older: SeriesPoint | None, direction: str) -> Text:
     if older is None or point.value is None or older.value is None or older.value == 0:
-        return ""
+        return plain("")
     change = point.value / older.value - 1.0
     if not math.isfinite(change):
-        return ""
-    text = f"{change:+.1%}"
+        return plain("")
     worse = change > 0 if direction == "lower" else change < 0
-    if abs(change) > _HIGHLIGHT:
-        return f"[red]{text}[/red]" if worse else f"[green]{text}[/green]"
-    return text
+    style = ("red" if worse else "green") if abs(change) > _HIGHLIGHT else ""
+    return plain(f"{change:+.1%}", style)

@@ -50,7 +50,7 @@ def run(
         console_reporter() as reporter,
         open_bench(profile_name=profile, bench_regex=bench_regex, db_url=db_url, reporter=reporter) as bench,
     ):
-        tree = work_tree(bench.root)
+        tree = work_tree(bench.root, ignore=bench.store_files)
         sha = rev_parse(bench.root, rev)
         if sha == tree.head:
             side = bench.head_side(tree)

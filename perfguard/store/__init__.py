@@ -12,6 +12,25 @@ Opening::
                               # password, schema newer than this perfguard) is a StoreError (exit 2)
                               # naming the URL with its password masked.
     with Store.open(url) as store: ...   # closes the engine on exit
+    Store.open(url, read_only=True)      # an untrusted check's baseline store: never created or
+                                         # migrated; every write raises StoreError (exit 2), and the
+                                         # database refuses writes itself (SQLite mode=ro + query_only,
+                                         # PostgreSQL default_transaction_read_only)
+    store.check_writable()               # before measuring: read-only store, directory or file
+                                         # system, (nearly) full disk, read-only PostgreSQL session
+                                         # or role without INSERT -> StoreError saying which
+    store.files                          # SQLite: (db, -wal, -shm, -journal); for
+                                         # gitrepo.work_tree(root, ignore=store.files)
+    store.snapshot(path)                 # SQLite: a consistent read-only copy (what PR runners read)
+    Store.open(resolve_results(url))     # an untrusted check's own store: url, $PERFGUARD_RESULTS_DB,
+                                         # else sqlite:///<repo>/.perfguard/untrusted.db
+    untrusted_from_env()                 # $PERFGUARD_UNTRUSTED is 1/true/yes/on
+
+Trust (docs/ci.md, "Trust model"): every run is ``trusted`` or not.  Trusted: measured by the
+baseline branch's workflow or a maintainer's own command; untrusted: by anything that ran
+pull-request code.  ``RunRecord.trusted`` / ``record_run(trusted=)`` default to False (fail closed):
+the writer says so.  Reads that build a baseline pass ``trusted_only=True``; an untrusted run can
+then never become or change a baseline.
 
 Writing (each call is one transaction, validated completely before it starts; a bad value raises
 StoreError and nothing is written; an interrupted write leaves the store as it was)::
@@ -21,7 +40,7 @@ StoreError and nothing is written; an interrupted write leaves the store as it w
                                committed_at) -> StoredCommit
     store.record_run(machine: MachineRecord, commit: CommitRecord, *, profile, purpose="run",
                      round=0, software, fingerprint, settings, command="", started_at,
-                     finished_at, results: Sequence[ResultRecord]) -> StoredRun
+                     finished_at, results: Sequence[ResultRecord], trusted=False) -> StoredRun
     store.record_runs(machine, commit, runs: Sequence[RunRecord]) -> list[StoredRun]
         # the rounds of one measurement in one transaction (a run killed between rounds leaves nothing)
     store.record_check(machine, head: CommitRecord, base: CommitRecord, *, baseline_ref, profile,
@@ -36,18 +55,19 @@ Datetimes must be timezone-aware; they are stored in UTC and read back as UTC.
 Reading for compare (one query each, no N+1; ``purposes`` defaults to MEASUREMENT_PURPOSES =
 run, baseline, head; ask for ``("retry",)`` to get the interleaved re-measurements)::
 
-    store.has_complete_run(machine_key, sha, profile, purposes=...) -> bool
-    store.runs_for(machine_key, sha, profile, purposes=...) -> list[StoredRun]   # software etc.
-    store.results_for(machine_key, sha, profile, purposes=...) -> ResultsByKey
+    store.has_complete_run(machine_key, sha, profile, purposes=..., *, trusted_only=False) -> bool
+    store.runs_for(machine_key, sha, profile, purposes=..., *, trusted_only=False) -> list[StoredRun]
+    store.results_for(machine_key, sha, profile, purposes=..., *, trusted_only=False) -> ResultsByKey
         # {(benchmark, params_key): [StoredResult per run, oldest first]}; each StoredResult has
-        # .samples (that round's samples), .value, .q25, .q75, .round, .run_id, .purpose, ...
+        # .samples (that round's samples), .value, .q25, .q75, .round, .run_id, .purpose,
+        # .trusted, ...; StoredRun has .trusted too.  The baseline side passes trusted_only=True.
     store.get_check(check_id) -> StoredCheck | None                            # with .items
 
 Reading history (the site and ``perfguard history``; never loads samples)::
 
     store.series(machine=None, benchmark=None, impl=None, params_key=None, profile=None,
                  branch=None, purposes=MEASUREMENT_PURPOSES, include_dirty=False, last=None,
-                 match="exact" | "contains") -> list[Series]
+                 match="exact" | "contains", trusted_only=False) -> list[Series]
         # one Series per (machine key, benchmark, params_key), points = one per commit, oldest
         # first by commit date; a commit measured several times is the median of its runs.
     store.latest(**same filters) -> list[Series]      # each cut to its newest commit
@@ -55,7 +75,10 @@ Reading history (the site and ``perfguard history``; never loads samples)::
     store.distinct("impl" | "benchmark" | "machine") -> list[str]
 
 ``params_key(params)`` builds the canonical ``k=v,k=v`` key; ``ResultRecord`` fills it in (and
-``n_samples``, and the median / quartiles of ``samples`` when not given) by itself.
+``n_samples``, and the median / quartiles of ``samples`` when not given) by itself.  Samples
+that are NaN or infinite are ignored (docs/verdicts.md): dropped and counted in
+``info["ignored_samples"]``; a sample that is not a positive number (negative, zero, a bool, a
+string, an integer too large for a float) and an empty list for an ``ok`` result are refused.
 """
 
 from perfguard.store.history import Series, SeriesPoint
@@ -80,14 +103,25 @@ from perfguard.store.records import (
 )
 from perfguard.store.schema import SchemaState
 from perfguard.store.store import ResultsByKey, Store
-from perfguard.store.url import StoreURL, default_url, mask, resolve
+from perfguard.store.url import (
+    RESULTS_ENV_VAR,
+    UNTRUSTED_ENV_VAR,
+    StoreURL,
+    default_url,
+    mask,
+    resolve,
+    resolve_results,
+    untrusted_from_env,
+)
 
 __all__ = [
     "DIRECTIONS",
     "MEASUREMENT_PURPOSES",
     "METRICS",
     "PURPOSES",
+    "RESULTS_ENV_VAR",
     "RESULT_STATUSES",
+    "UNTRUSTED_ENV_VAR",
     "CheckItemRecord",
     "CommitRecord",
     "MachineRecord",
@@ -109,4 +143,6 @@ __all__ = [
     "mask",
     "params_key",
     "resolve",
+    "resolve_results",
+    "untrusted_from_env",
 ]

@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import sqlite3
 import time
+import urllib.parse
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -27,29 +29,63 @@ WRITE_OPTION = "perfguard_write"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 POSTGRES_CONNECT_TIMEOUT_S = 10
 
+# errno ENOSPC's text, as SQLite, PostgreSQL and the OS word it.
+NO_SPACE = "no space left on device"
+READ_ONLY_HINT = (
+    "this store was opened read-only: an untrusted check reads baselines and writes its own runs "
+    "and check to --results-db (docs/ci.md, 'Trust model')"
+)
+
 _json_dumps = functools.partial(json.dumps, allow_nan=False, separators=(",", ":"))
 
 
-def create(store_url: StoreURL) -> Engine:
-    """An engine for a resolved URL; raises :class:`StoreError` for a missing directory or driver."""
+def create(store_url: StoreURL, *, read_only: bool = False) -> Engine:
+    """An engine for a resolved URL; raises :class:`StoreError` for a missing directory or driver.
+
+    ``read_only``: the database refuses writes itself, whatever perfguard (or code running next to
+    it) asks for.  SQLite opens the file with ``mode=ro`` and ``query_only`` (the file must exist:
+    a read-only store is never created); PostgreSQL sessions start with
+    ``default_transaction_read_only``.  The real boundary for a PR job is a role or a file it
+    cannot write (docs/ci.md); this makes perfguard's own process honour it too.
+    """
     url = store_url.url
     path = store_url.sqlite_path
+    creator = None
     if path is not None:
-        if store_url.is_default:
+        if read_only:
+            if not path.is_file():
+                raise StoreError(
+                    f"there is no history store at {path}: a read-only store is opened, never created",
+                    hint="point --db (or PERFGUARD_DB) at the baseline store that `perfguard run` wrote, "
+                    "or at a snapshot of it (perfguard db snapshot)",
+                )
+            uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
+            creator = functools.partial(sqlite3.connect, uri, uri=True, check_same_thread=False)
+        elif store_url.is_default:
             path.parent.mkdir(parents=True, exist_ok=True)
         elif not path.parent.is_dir():
             raise StoreError(
                 f"the directory of the SQLite file in {store_url.masked} does not exist: {path.parent}",
                 hint="create it, or fix the path (sqlite:///relative.db, sqlite:////absolute/path.db)",
             )
+    elif read_only and store_url.dialect == "sqlite":
+        raise StoreError(
+            f"{store_url.masked} is not a SQLite file: only a file can be opened read-only",
+            hint="point --db at the baseline store's file (sqlite:////path/to/history.db)",
+        )
     connect_args: dict[str, Any] = {}
     if store_url.dialect == "postgresql":
         if "connect_timeout" not in url.query:
             connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_S
         if "application_name" not in url.query:
             connect_args["application_name"] = "perfguard"
+        if read_only:
+            given = url.query.get("options", "")
+            given = " ".join(given) if isinstance(given, tuple) else given
+            connect_args["options"] = f"{given} -c default_transaction_read_only=on".strip()
     try:
-        engine = create_engine(url, json_serializer=_json_dumps, connect_args=connect_args)
+        extra: dict[str, Any] = {"creator": creator} if creator is not None else {}
+        engine = create_engine(url, json_serializer=_json_dumps, connect_args=connect_args, **extra)
     except (NoSuchModuleError, ImportError) as exc:
         driver = url.drivername.partition("+")[2]
         if driver == "psycopg":
@@ -61,11 +97,11 @@ def create(store_url: StoreURL) -> Engine:
             )
         raise StoreError(f"no database driver {driver!r} for {store_url.masked}: {exc}", hint=hint) from None
     if store_url.dialect == "sqlite":
-        _configure_sqlite(engine, in_memory=path is None)
+        _configure_sqlite(engine, in_memory=path is None, read_only=read_only)
     return engine
 
 
-def _configure_sqlite(engine: Engine, *, in_memory: bool) -> None:
+def _configure_sqlite(engine: Engine, *, in_memory: bool, read_only: bool = False) -> None:
     """Pragmas on every new connection, and transactions that perfguard begins itself.
 
     The standard library's sqlite3 starts transactions lazily and on its own terms; SQLAlchemy's
@@ -79,7 +115,9 @@ def _configure_sqlite(engine: Engine, *, in_memory: bool) -> None:
         try:
             cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
             cursor.execute("PRAGMA foreign_keys = ON")
-            if not in_memory:
+            if read_only:
+                cursor.execute("PRAGMA query_only = ON")
+            elif not in_memory:
                 _use_wal(cursor)
         finally:
             cursor.close()
@@ -117,6 +155,8 @@ def _use_wal(cursor: Any) -> None:
                 cursor.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as exc:
+            if "readonly" in str(exc):
+                return  # a file this process may not write (a snapshot): reading it needs no WAL
             busy = "locked" in str(exc) or "busy" in str(exc)
             if not busy or time.monotonic() >= deadline:
                 raise
@@ -124,7 +164,7 @@ def _use_wal(cursor: Any) -> None:
         delay = min(2 * delay, 0.1)
 
 
-def explain(exc: BaseException, store_url: StoreURL, doing: str) -> StoreError:
+def explain(exc: BaseException, store_url: StoreURL, doing: str, *, read_only: bool = False) -> StoreError:
     """A :class:`StoreError` for a database error: what failed, where (password masked), what to do."""
     original = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
     detail = _first_line(str(original))
@@ -143,12 +183,27 @@ def explain(exc: BaseException, store_url: StoreURL, doing: str) -> StoreError:
             for s in ("connection refused", "could not connect", "timeout", "timed out", "translate host")
         ):
             hint = "check that the PostgreSQL server is running and reachable at that host and port"
+        elif "read-only transaction" in low:
+            hint = READ_ONLY_HINT
         elif "permission denied" in low:
-            hint = "the database user needs CREATE and write rights on the database's schema"
+            hint = (
+                "the database user may not write here: a PR job's read-only role cannot (docs/ci.md, "
+                "'Trust model'); a trusted job needs INSERT on the tables (and CREATE for migrations)"
+            )
+        elif NO_SPACE in low or "could not extend file" in low:
+            hint = "the PostgreSQL server's disk is full: free space on it (its log names the file)"
         else:
             hint = "check the URL and the server's log"
+    elif "disk is full" in low or NO_SPACE in low:
+        where_dir = store_url.sqlite_path.parent if store_url.sqlite_path else "the store's directory"
+        hint = f"no space left on the disk holding {where_dir}: free some (df -h shows it), then run again"
+    elif "unable to open database file" in low and read_only:
+        hint = (
+            "SQLite reads a store in WAL mode only where it may create the -shm file next to it; give "
+            "read-only readers a snapshot instead (perfguard db snapshot, docs/ci.md), or PostgreSQL"
+        )
     elif "unable to open database file" in low:
-        hint = "check that the directory exists and is writable by this user"
+        hint = _unopenable(store_url)
     elif "malformed" in low or "disk image" in low:
         hint = (
             f"the SQLite file {store_url.sqlite_path} is damaged (a crash or a full disk while it was "
@@ -158,6 +213,8 @@ def explain(exc: BaseException, store_url: StoreURL, doing: str) -> StoreError:
         )
     elif "file is not a database" in low:
         hint = "that file is not a SQLite database; point --db (or PERFGUARD_DB) at another path"
+    elif "query_only" in low or (read_only and "attempt to write a readonly database" in low):
+        hint = READ_ONLY_HINT
     elif "readonly" in low or "read-only" in low:
         hint = "the database file (and its directory, for the WAL files) must be writable"
     elif "locked" in low or "busy" in low:
@@ -168,6 +225,24 @@ def explain(exc: BaseException, store_url: StoreURL, doing: str) -> StoreError:
     else:
         hint = "check the URL (--db or PERFGUARD_DB)"
     return StoreError(f"{doing} {where} failed: {detail}", hint=hint)
+
+
+def _unopenable(store_url: StoreURL) -> str:
+    """Why SQLite could not open a file for writing, as precisely as the directory tells."""
+    path = store_url.sqlite_path
+    directory = path.parent if path is not None else None
+    if directory is None or not directory.is_dir():
+        return "check that the directory exists and is writable by this user"
+    with contextlib.suppress(OSError):
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return (
+                f"{directory} is on a read-only file system: SQLite needs to write the database and its "
+                "-wal/-shm files there; point --db at a writable place (a PR job opens its baseline "
+                "store read-only, docs/ci.md)"
+            )
+    if not os.access(directory, os.W_OK):
+        return f"the directory {directory} is not writable by this user (SQLite writes -wal/-shm files there)"
+    return "check that the file and its directory are readable and writable by this user"
 
 
 def _first_line(text: str) -> str:

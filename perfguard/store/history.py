@@ -5,7 +5,7 @@ measured at, oldest first, ordered by commit date.  A commit measured several ti
 a baseline measured again by a later check) is one point: the median of its runs' values (and of
 their quartiles), with the number of runs and samples behind it.  Dirty work trees are left out
 unless asked for, and so are ``retry`` and ``calibrate`` runs (they measure one check, not the
-commit's history).
+commit's history); ``trusted_only`` also leaves out runs of untrusted contexts.
 
 The queries read only the light columns (never the sample arrays) and let the database cut each
 series to its newest ``last`` commits with a window function, so the site and ``perfguard
@@ -83,12 +83,14 @@ def series(
     include_dirty: bool = False,
     last: int | None = None,
     match: Match = "exact",
+    trusted_only: bool = False,
 ) -> list[Series]:
     """The stored series matching the filters, sorted by machine, benchmark and params.
 
     ``machine`` and ``benchmark`` match exactly, or as case-insensitive substrings with
     ``match="contains"``; ``impl``, ``params_key``, ``profile`` and ``branch`` always match exactly.
-    ``last`` keeps the newest N commits of each series.
+    ``last`` keeps the newest N commits of each series.  ``trusted_only`` leaves out the runs of
+    untrusted contexts (jobs that ran pull-request code; docs/ci.md, "Trust model").
     """
     if last is not None and last < 1:
         raise ValueError(f"last must be at least 1, not {last}")
@@ -102,6 +104,7 @@ def series(
         purposes=tuple(purposes),
         include_dirty=include_dirty,
         match=match,
+        trusted_only=trusted_only,
     )
     stmt = filters.apply(select(*_POINT_COLUMNS))
     if last is not None:
@@ -164,6 +167,7 @@ class _Filters:
     purposes: tuple[str, ...]
     include_dirty: bool
     match: Match
+    trusted_only: bool = False
 
     def apply(self, stmt: Select[Any]) -> Select[Any]:
         """The joins from results to their run, commit and machine, and the filters."""
@@ -175,6 +179,8 @@ class _Filters:
         )
         if not self.include_dirty:
             stmt = stmt.where(Commit.dirty.is_(False))
+        if self.trusted_only:
+            stmt = stmt.where(Run.trusted.is_(True))
         for column, wanted in ((Machine.key, self.machine), (Result.benchmark, self.benchmark)):
             if wanted is None:
                 continue

@@ -27,6 +27,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
@@ -133,6 +134,11 @@ class Run(Base):
     started_at: Mapped[datetime]
     finished_at: Mapped[datetime]
     status: Mapped[str] = mapped_column(String(16), default="complete")
+    # Whether a trusted context measured it (the baseline branch's workflow, a maintainer's
+    # `perfguard run`), as opposed to one that ran pull-request code.  Only trusted runs are
+    # baselines (docs/ci.md, "Trust model").  The server default is false: a row written by
+    # anything but the store (raw SQL) is untrusted unless it says otherwise.
+    trusted: Mapped[bool] = mapped_column(Boolean, server_default=false())
 
     machine: Mapped[Machine] = relationship(back_populates="runs")
     commit: Mapped[Commit] = relationship(back_populates="runs")

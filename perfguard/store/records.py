@@ -23,6 +23,8 @@ METRICS = ("time", "memory", "throughput", "efficiency", "flops", "ops", "kernel
 DIRECTIONS = ("lower", "higher")
 RESULT_STATUSES = ("ok", "failed", "skipped")
 PURPOSES = ("run", "baseline", "head", "retry", "calibrate")
+# Key of ``ResultRecord.info`` that counts the NaN / infinite samples dropped from ``samples``.
+IGNORED_SAMPLES = "ignored_samples"
 # The purposes that are ordinary measurements of a commit: the default of the check-side queries.
 # ``retry`` (interleaved re-measurements of one check) and ``calibrate`` are only returned on request.
 MEASUREMENT_PURPOSES = ("run", "baseline", "head")
@@ -96,6 +98,7 @@ class CommitRecord:
             require_text("commit author", self.author, 255, allow_empty=True)
         if not isinstance(self.subject, str):
             raise RecordError(f"commit subject must be a string, not {type(self.subject).__name__}")
+        require_text("commit subject", self.subject, len(self.subject), allow_empty=True)
         if isinstance(self.parents, str) or not all(isinstance(p, str) and _is_hex(p) for p in self.parents):
             raise RecordError(f"commit parents must be a list of hexadecimal shas, not {self.parents!r}")
         require_aware("commit committed_at", self.committed_at)
@@ -132,28 +135,33 @@ class ResultRecord:
     def __post_init__(self) -> None:
         _fill_params_key(self)
         for name in ("value", "q25", "q75"):
-            number = getattr(self, name)
-            if _is_number(number):
-                object.__setattr__(self, name, float(number))
+            number = _as_float(getattr(self, name))
+            if number is not None:
+                object.__setattr__(self, name, number)
         samples = self.samples
         if samples is not None and not isinstance(samples, (str, bytes)) and isinstance(samples, Sequence):
-            # Floats already (what the store reads back, ~100 per result): copied without a check each.
-            if type(samples) is list and all(type(s) is float for s in samples):
-                converted = samples.copy()
-            else:
-                converted = [float(s) if _is_number(s) else s for s in samples]
+            converted, ignored = _clean_samples(samples)
             object.__setattr__(self, "samples", converted)
+            if ignored:
+                # docs/verdicts.md: NaN and infinite samples are ignored.  They are dropped here, so
+                # the store never holds them (JSON has no NaN), and counted where a reader sees it.
+                info = dict(self.info) if isinstance(self.info, Mapping) else {}
+                info[IGNORED_SAMPLES] = int(info.get(IGNORED_SAMPLES) or 0) + ignored
+                object.__setattr__(self, "info", info)
             wants_value = self.value is None
             wants_quartiles = self.q25 is None and self.q75 is None and len(converted) >= 2
-            if self.status == "ok" and converted and (wants_value or wants_quartiles):
-                numbers = [float(s) for s in samples if _is_number(s) and math.isfinite(float(s))]
-                if len(numbers) == len(samples):
-                    if wants_value:
-                        object.__setattr__(self, "value", statistics.median(numbers))
-                    if wants_quartiles:
-                        q25, _, q75 = statistics.quantiles(numbers, n=4, method="inclusive")
-                        object.__setattr__(self, "q25", q25)
-                        object.__setattr__(self, "q75", q75)
+            if (
+                self.status == "ok"
+                and converted
+                and (wants_value or wants_quartiles)
+                and all(type(s) is float and s > 0 for s in converted)  # else validate() says why
+            ):
+                if wants_value:
+                    object.__setattr__(self, "value", statistics.median(converted))
+                if wants_quartiles:
+                    q25, _, q75 = statistics.quantiles(converted, n=4, method="inclusive")
+                    object.__setattr__(self, "q25", q25)
+                    object.__setattr__(self, "q75", q75)
         object.__setattr__(self, "n_samples", len(self.samples) if isinstance(self.samples, list) else 0)
 
     @property
@@ -185,12 +193,28 @@ class ResultRecord:
             if not isinstance(self.samples, list):
                 raise RecordError(f"samples must be a list of numbers, not {type(self.samples).__name__}")
             for i, sample in enumerate(self.samples):
-                if not _is_number(sample) or not math.isfinite(sample):
-                    raise RecordError(f"sample {i} is {sample!r}, not a finite number")
+                if type(sample) is not float or not math.isfinite(sample):
+                    raise RecordError(f"sample {i} is {_show(sample)}, not a number")
+                if sample <= 0:
+                    raise RecordError(
+                        f"sample {i} is {sample!r}: a {self.metric} sample is a positive amount "
+                        f"of {self.unit}"
+                    )
+            if self.status == "ok" and not self.samples:
+                ignored = self.info.get(IGNORED_SAMPLES) if isinstance(self.info, Mapping) else None
+                if ignored:
+                    raise RecordError(f"all {ignored} samples are NaN or infinite: nothing was measured")
+                raise RecordError("samples is an empty list; pass None when the benchmark records no samples")
         for name in ("value", "q25", "q75"):
             number = getattr(self, name)
-            if number is not None and (not _is_number(number) or not math.isfinite(number)):
-                raise RecordError(f"{name} is {number!r}, not a finite number")
+            if number is None:
+                continue
+            if type(number) is not float or not math.isfinite(number):
+                raise RecordError(f"{name} is {_show(number)}, not a finite number")
+            if number <= 0:
+                raise RecordError(
+                    f"{name} is {number!r}: a {self.metric} is a positive amount of {self.unit}"
+                )
         if self.status == "ok" and self.value is None:
             raise RecordError("an 'ok' result needs a value (or samples to take the median of)")
         if self.status == "failed" and not self.error:
@@ -218,9 +242,15 @@ class RunRecord:
     started_at: datetime
     finished_at: datetime
     results: Sequence[ResultRecord] = ()
+    # Measured by a trusted context: the baseline branch's workflow or a maintainer's own command,
+    # never a job that ran pull-request code (docs/ci.md, "Trust model").  Only trusted runs are
+    # baselines (the reads' ``trusted_only``).  False unless the writer says so: fail closed.
+    trusted: bool = False
 
     def validate(self) -> None:
         require_text("profile", self.profile, 32)
+        if not isinstance(self.trusted, bool):
+            raise RecordError(f"trusted must be True or False, not {self.trusted!r}")
         if self.purpose not in PURPOSES:
             raise RecordError(f"purpose is {self.purpose!r}; expected one of {', '.join(PURPOSES)}")
         if not isinstance(self.round, int) or isinstance(self.round, bool) or self.round < 0:
@@ -341,6 +371,7 @@ class StoredRun:
     finished_at: datetime
     status: str
     n_results: int
+    trusted: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -352,6 +383,7 @@ class StoredResult(ResultRecord):
     round: int
     purpose: str
     started_at: datetime
+    trusted: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -388,6 +420,46 @@ def _fill_params_key(record: Any) -> None:
             object.__setattr__(record, "params_key", params_key(record.params))
 
 
+def _as_float(value: Any) -> float | None:
+    """``value`` as a float when it is a real number that fits one (not a bool), else None."""
+    if type(value) is float:
+        return value
+    if not _is_number(value):
+        return None
+    try:
+        return float(value)
+    except (OverflowError, ValueError):  # an int of hundreds of digits: validate() refuses it
+        return None
+
+
+def _clean_samples(samples: Sequence[Any]) -> tuple[list[Any], int]:
+    """(samples as floats without the NaN / infinite ones, how many were dropped).
+
+    Anything that is not a number is kept as it is, for ``validate()`` to name.
+    """
+    # What the store reads back (~100 floats a result, thousands of results a check): one C-level
+    # sum tells that none is NaN or infinite (an overflow to inf only sends it the slow way).
+    if type(samples) is list and all(type(s) is float for s in samples) and math.isfinite(sum(samples)):
+        return samples.copy(), 0
+    kept: list[Any] = []
+    ignored = 0
+    for sample in samples:
+        number = _as_float(sample)
+        if number is None:
+            kept.append(sample)
+        elif math.isfinite(number):
+            kept.append(number)
+        else:
+            ignored += 1
+    return kept, ignored
+
+
+def _show(value: Any) -> str:
+    """A value for a message, cut short (a bogus sample can be a 400-digit integer)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}... ({type(value).__name__} of {len(text)} characters)"
+
+
 def _is_number(value: Any) -> bool:
     """A real number (numpy scalars included), but not a bool."""
     if type(value) is float or type(value) is int:  # the common cases, without the ABC check
@@ -406,6 +478,8 @@ def require_text(name: str, value: Any, max_length: int, *, allow_empty: bool = 
         raise RecordError(f"{name} is empty")
     if len(value) > max_length:
         raise RecordError(f"{name} is {len(value)} characters long; the store keeps at most {max_length}")
+    if "\x00" in value:  # PostgreSQL refuses NUL in text, SQLite would keep it: refuse on both
+        raise RecordError(f"{name} {value[:40]!r} contains a NUL character")
 
 
 def _choice(name: str, value: Any, choices: Sequence[str]) -> None:

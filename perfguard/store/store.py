@@ -8,20 +8,25 @@ followed by a read, which is safe when two runners record the same commit at the
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
+import sqlite3
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, func, insert, select
+from sqlalchemy import Engine, func, insert, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, joinedload, selectinload
 
 from perfguard.errors import StoreError
 from perfguard.store import history, schema
-from perfguard.store.engine import WRITE_OPTION, create, explain
+from perfguard.store.engine import NO_SPACE, READ_ONLY_HINT, WRITE_OPTION, create, explain
 from perfguard.store.models import Check, CheckItem, Commit, Machine, Result, ResultData, Run
 from perfguard.store.records import (
     MEASUREMENT_PURPOSES,
@@ -91,6 +96,13 @@ _CHECK_ITEM_FIELDS = (
     "reason",
 )
 _NOTHING_WRITTEN = "nothing was written to the store"
+# The tables perfguard writes (check_writable asks PostgreSQL for INSERT on each, and USAGE of
+# their id sequences); alembic_version only matters to migrations.
+_WRITTEN_TABLES = ("machines", "commits", "runs", "results", "result_data", "checks", "check_items")
+MIN_FREE_BYTES = 16 * 2**20
+"""check_writable() refuses a SQLite store on a disk with less free space than this (a run of a
+production suite writes about 1 MB; the WAL grows by as much again before a checkpoint)."""
+_PROBE_BYTES = 64 * 2**10
 
 
 class Store:
@@ -102,38 +114,56 @@ class Store:
         store_url: StoreURL,
         schema_state: schema.SchemaState,
         migrated_from: str | None = None,
+        *,
+        read_only: bool = False,
     ) -> None:
         self._engine = engine
         self._url = store_url
         self.schema_state = schema_state
         # The revision open() found the database at (None: it was empty, or migrate=False).
         self.migrated_from = migrated_from
+        # Every write is refused (by perfguard, and by the database: see engine.create).
+        self.read_only = read_only
 
     # --- lifecycle -----------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, url: str | URL | None = None, *, cwd: Path | None = None, migrate: bool = True) -> Store:
+    def open(
+        cls,
+        url: str | URL | StoreURL | None = None,
+        *,
+        cwd: Path | None = None,
+        migrate: bool = True,
+        read_only: bool = False,
+    ) -> Store:
         """Connect to ``url`` (None: ``PERFGUARD_DB``, else ``<repo>/.perfguard/history.db``).
 
         With ``migrate`` (the default) the schema is created or upgraded to this perfguard's
         newest revision.  ``migrate=False`` only reads the schema state (``perfguard db current``).
+        ``read_only`` (an untrusted check's baseline store): every write is refused with a
+        :class:`StoreError`, by perfguard and by the database itself (SQLite ``mode=ro``,
+        PostgreSQL ``default_transaction_read_only``); the store is never created or migrated, so
+        it must exist at this perfguard's schema revision.
+        ``url`` may also be a :class:`StoreURL` from ``resolve`` / ``resolve_results``.
         Raises :class:`StoreError` for every way this can fail, with the URL's password masked.
         """
-        store_url = resolve(url, cwd=cwd)
-        engine = create(store_url)
+        store_url = url if isinstance(url, StoreURL) else resolve(url, cwd=cwd)
+        engine = create(store_url, read_only=read_only)
         try:
-            if migrate:
+            if migrate and not read_only:
                 before, head = schema.upgrade(engine, store_url)
                 return cls(engine, store_url, schema.SchemaState(current=head, head=head), before)
             with engine.connect() as connection:
                 state = schema.state(connection, store_url)
-            return cls(engine, store_url, state)
+            if read_only and migrate and not state.up_to_date:
+                raise _not_readable(store_url, state)
+            return cls(engine, store_url, state, read_only=read_only)
         except StoreError:
             engine.dispose()
             raise
         except SQLAlchemyError as exc:
             engine.dispose()
-            raise explain(exc, store_url, "opening the history store") from None
+            raise explain(exc, store_url, "opening the history store", read_only=read_only) from None
 
     def close(self) -> None:
         self._engine.dispose()
@@ -154,9 +184,94 @@ class Store:
         return self._url.dialect
 
     @property
+    def files(self) -> tuple[Path, ...]:
+        """The files of a SQLite store (database, -wal, -shm, -journal); none for PostgreSQL.
+
+        For the dirty-state check: a store inside the work tree is not a change to the code
+        (``perfguard.gitrepo.work_tree(root, ignore=store.files)``).
+        """
+        return self._url.files
+
+    def check_writable(self, *, min_free_bytes: int = MIN_FREE_BYTES) -> None:
+        """Raise :class:`StoreError` when a write would fail, before anything is measured.
+
+        Cheap (milliseconds): a read-only store; on SQLite, a directory that refuses a new file
+        (SQLite writes its -wal/-shm/-journal files there), a disk with less than
+        ``min_free_bytes`` free or that refuses a small write with "no space left", a file or
+        filesystem that is read-only; on PostgreSQL, a read-only session or role and a user
+        without INSERT on perfguard's tables.  Each error says which, and what to do.
+        """
+        if self.read_only:
+            raise StoreError(
+                f"the history store {self.url} was opened read-only: perfguard will not write to it",
+                hint=READ_ONLY_HINT,
+            )
+        path = self._url.sqlite_path
+        if path is not None:
+            _probe_directory(path.parent, min_free_bytes)
+            if path.exists() and not os.access(path, os.W_OK):
+                raise StoreError(
+                    f"the history store {path} is not writable by this user",
+                    hint=f"make it writable (chmod u+w {path}), or point --db at a store you may write",
+                )
+        try:
+            with self._engine.connect() as connection:
+                if self.dialect == "sqlite":
+                    connection.execution_options(**{WRITE_OPTION: True})
+                    with connection.begin() as transaction:  # BEGIN IMMEDIATE: the write lock
+                        connection.execute(text("UPDATE alembic_version SET version_num = version_num"))
+                        transaction.rollback()
+                elif self.dialect == "postgresql":
+                    _probe_postgres(connection, self.url)
+        except SQLAlchemyError as exc:
+            raise explain(exc, self._url, "writing to") from None
+
+    @property
     def engine(self) -> Engine:
         """The SQLAlchemy engine (for tests, benchmarks and EXPLAIN; not for writing around the API)."""
         return self._engine
+
+    def snapshot(self, target: Path) -> Path:
+        """Copy a SQLite store to ``target``: consistent, read-only, readable from any directory.
+
+        For PR runners (docs/ci.md, "Trust model"): the baseline workflow publishes a snapshot
+        that PR jobs open with ``read_only=True``.  SQLite's online backup copies a consistent
+        state while writers carry on; the copy uses a rollback journal instead of WAL, because a
+        WAL database can only be read where SQLite may create its -shm file (a read-only mount
+        cannot).  Written under a temporary name and renamed, so a reader never sees half a copy;
+        the file is made read-only (0444).  Returns ``target``.
+        """
+        if self.dialect != "sqlite" or self._url.sqlite_path is None:
+            raise StoreError(
+                f"{self.url} is not a SQLite file: snapshots are of SQLite stores",
+                hint="PR jobs read a PostgreSQL store through a read-only role instead (docs/ci.md)",
+            )
+        target = Path(target)
+        if target.resolve() in {f.resolve() for f in self.files}:
+            raise StoreError(
+                f"the snapshot {target} would overwrite the store itself", hint="pick another path"
+            )
+        if not target.parent.is_dir():
+            raise StoreError(f"the directory of the snapshot {target} does not exist", hint="create it first")
+        partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+        try:
+            with self._engine.connect() as connection:
+                source = connection.connection.driver_connection
+                copy = sqlite3.connect(partial)
+                try:
+                    source.backup(copy)
+                    copy.execute("PRAGMA journal_mode = DELETE")
+                finally:
+                    copy.close()
+            partial.chmod(0o444)
+            os.replace(partial, target)
+        except (SQLAlchemyError, sqlite3.Error, OSError) as exc:
+            partial.unlink(missing_ok=True)
+            raise StoreError(
+                f"copying {self.url} to {target} failed: {exc}",
+                hint="check that the target's directory is writable and has room",
+            ) from None
+        return target
 
     # --- machines and commits --------------------------------------------------------------------
 
@@ -164,6 +279,7 @@ class Store:
         self, key: str, kind: str, label: str, attributes: Mapping[str, Any]
     ) -> StoredMachine:
         """The machine with this key, created if new (an existing row is returned unchanged)."""
+        self._refuse_if_read_only("recording a machine in")
         record = MachineRecord(key=key, kind=kind, label=label, attributes=attributes)
         _check("machine", record.validate)
         with self._writing("recording a machine in") as session:
@@ -182,6 +298,7 @@ class Store:
         committed_at: datetime,
     ) -> StoredCommit:
         """The commit with this sha, created if new (an existing row is returned unchanged)."""
+        self._refuse_if_read_only("recording a commit in")
         record = CommitRecord(
             sha=sha,
             base_sha=base_sha,
@@ -219,6 +336,7 @@ class Store:
         started_at: datetime,
         finished_at: datetime,
         results: Sequence[ResultRecord],
+        trusted: bool = False,
     ) -> StoredRun:
         """Store one run and all its results in one transaction: all of it, or (on any error) nothing.
 
@@ -237,6 +355,7 @@ class Store:
             started_at=started_at,
             finished_at=finished_at,
             results=results,
+            trusted=trusted,
         )
         return self.record_runs(machine, commit, [run])[0]
 
@@ -246,8 +365,10 @@ class Store:
         """Store several runs of one commit (the rounds of one measurement) in one transaction.
 
         A measurement killed between its rounds therefore leaves nothing behind, and a commit is
-        never half measured in the store.
+        never half measured in the store.  Each run keeps its ``trusted`` flag (False unless the
+        writer says so); only trusted runs are baselines.
         """
+        self._refuse_if_read_only("recording a run in")
         _check("machine", machine.validate)
         _check("commit", commit.validate)
         if not runs:
@@ -284,6 +405,7 @@ class Store:
                     started_at=record.started_at,
                     finished_at=record.finished_at,
                     status="complete",
+                    trusted=record.trusted,
                 )
                 session.add(run)
                 session.flush()
@@ -314,20 +436,30 @@ class Store:
                         finished_at=record.finished_at.astimezone(timezone.utc),
                         status="complete",
                         n_results=len(record.results),
+                        trusted=record.trusted,
                     )
                 )
         return stored
 
     def runs_for(
-        self, machine_key: str, sha: str, profile: str, purposes: Sequence[str] = MEASUREMENT_PURPOSES
+        self,
+        machine_key: str,
+        sha: str,
+        profile: str,
+        purposes: Sequence[str] = MEASUREMENT_PURPOSES,
+        *,
+        trusted_only: bool = False,
     ) -> list[StoredRun]:
-        """The complete runs of one commit on one machine key and profile, oldest first."""
+        """The complete runs of one commit on one machine key and profile, oldest first.
+
+        ``trusted_only``: only runs a trusted context measured (what a baseline may be made of).
+        """
         n_results = select(func.count(Result.id)).where(Result.run_id == Run.id).scalar_subquery()
         stmt = (
             select(Run, n_results)
             .join(Commit, Run.commit_id == Commit.id)
             .join(Machine, Run.machine_id == Machine.id)
-            .where(*_run_filter(machine_key, sha, profile, purposes))
+            .where(*_run_filter(machine_key, sha, profile, purposes, trusted_only))
             .order_by(Run.started_at, Run.id)
         )
         with self._reading("reading runs from") as session:
@@ -337,12 +469,19 @@ class Store:
             ]
 
     def results_for(
-        self, machine_key: str, sha: str, profile: str, purposes: Sequence[str] = MEASUREMENT_PURPOSES
+        self,
+        machine_key: str,
+        sha: str,
+        profile: str,
+        purposes: Sequence[str] = MEASUREMENT_PURPOSES,
+        *,
+        trusted_only: bool = False,
     ) -> ResultsByKey:
         """All results (with samples) of one commit on one machine key and profile, in one query.
 
         Grouped by ``(benchmark, params_key)``; each group has one :class:`StoredResult` per run
-        (its ``round``, ``run_id`` and ``purpose`` say which), oldest run first.
+        (its ``round``, ``run_id``, ``purpose`` and ``trusted`` say which), oldest run first.
+        ``trusted_only``: only results of trusted runs (the check's baseline side).
         """
         stmt = (
             select(
@@ -353,12 +492,13 @@ class Store:
                 Run.round,
                 Run.purpose,
                 Run.started_at,
+                Run.trusted,
             )
             .join_from(Result, Run, Result.run_id == Run.id)
             .join(Commit, Run.commit_id == Commit.id)
             .join(Machine, Run.machine_id == Machine.id)
             .join(ResultData, ResultData.result_id == Result.id)
-            .where(*_run_filter(machine_key, sha, profile, purposes))
+            .where(*_run_filter(machine_key, sha, profile, purposes, trusted_only))
             .order_by(Result.benchmark, Result.params_key, Run.started_at, Run.id)
         )
         grouped: ResultsByKey = {}
@@ -373,19 +513,29 @@ class Store:
                     round=row["round"],
                     purpose=row["purpose"],
                     started_at=row["started_at"],
+                    trusted=row["trusted"],
                 )
                 grouped.setdefault(stored.key, []).append(stored)
         return grouped
 
     def has_complete_run(
-        self, machine_key: str, sha: str, profile: str, purposes: Sequence[str] = MEASUREMENT_PURPOSES
+        self,
+        machine_key: str,
+        sha: str,
+        profile: str,
+        purposes: Sequence[str] = MEASUREMENT_PURPOSES,
+        *,
+        trusted_only: bool = False,
     ) -> bool:
-        """Whether this commit has been measured on this machine key with this profile."""
+        """Whether this commit has been measured on this machine key with this profile.
+
+        ``trusted_only``: by a trusted context (an untrusted run never stands in for a baseline).
+        """
         stmt = (
             select(Run.id)
             .join(Commit, Run.commit_id == Commit.id)
             .join(Machine, Run.machine_id == Machine.id)
-            .where(*_run_filter(machine_key, sha, profile, purposes))
+            .where(*_run_filter(machine_key, sha, profile, purposes, trusted_only))
             .limit(1)
         )
         with self._reading("reading runs from") as session:
@@ -412,6 +562,7 @@ class Store:
         items: Sequence[CheckItemRecord],
     ) -> int:
         """Store one check and its verdicts in one transaction; return its id."""
+        self._refuse_if_read_only("recording a check in")
         created_at = datetime.now(timezone.utc) if created_at is None else created_at
         _check("machine", machine.validate)
         _check("head commit", head.validate)
@@ -507,7 +658,10 @@ class Store:
     # --- history -----------------------------------------------------------------------------------
 
     def series(self, **filters: Any) -> list[history.Series]:
-        """Series over commits per (machine, benchmark, params_key); see :func:`history.series`."""
+        """Series over commits per (machine, benchmark, params_key); see :func:`history.series`.
+
+        ``trusted_only=True`` leaves out runs of untrusted contexts (the published history site).
+        """
         with self._reading("reading history from") as session:
             return history.series(session, **filters)
 
@@ -524,16 +678,24 @@ class Store:
 
     # --- plumbing ----------------------------------------------------------------------------------
 
+    def _refuse_if_read_only(self, doing: str) -> None:
+        if self.read_only:
+            raise StoreError(
+                f"{doing} {self.url} refused: the store was opened read-only; {_NOTHING_WRITTEN}",
+                hint=READ_ONLY_HINT,
+            )
+
     @contextmanager
     def _writing(self, doing: str) -> Iterator[Session]:
         """One write transaction (SQLite: holding the write lock from its first statement)."""
+        self._refuse_if_read_only(doing)
         try:
             with Session(self._engine, expire_on_commit=False) as session:
                 session.connection(execution_options={WRITE_OPTION: True})
                 yield session
                 session.commit()
         except SQLAlchemyError as exc:
-            error = explain(exc, self._url, doing)
+            error = explain(exc, self._url, doing, read_only=self.read_only)
             raise StoreError(f"{error.message}; {_NOTHING_WRITTEN}", hint=error.hint) from exc
 
     @contextmanager
@@ -542,7 +704,7 @@ class Store:
             with Session(self._engine) as session:
                 yield session
         except SQLAlchemyError as exc:
-            raise explain(exc, self._url, doing) from exc
+            raise explain(exc, self._url, doing, read_only=self.read_only) from exc
 
     def _insert_ignoring_conflict(self, session: Session, model: type[Any], values: dict[str, Any]) -> None:
         # Imported here: the PostgreSQL dialect package costs ~30 ms to import, paid by every
@@ -611,14 +773,107 @@ def _describe(record: ResultRecord) -> str:
         return "malformed record"
 
 
-def _run_filter(machine_key: str, sha: str, profile: str, purposes: Sequence[str]) -> list[Any]:
-    return [
+def _run_filter(
+    machine_key: str, sha: str, profile: str, purposes: Sequence[str], trusted_only: bool
+) -> list[Any]:
+    where = [
         Machine.key == machine_key,
         Commit.sha == sha,
         Run.profile == profile,
         Run.purpose.in_(list(purposes)),
         Run.status == "complete",
     ]
+    if trusted_only:
+        where.append(Run.trusted.is_(True))
+    return where
+
+
+def _not_readable(store_url: StoreURL, state: schema.SchemaState) -> StoreError:
+    """A read-only store must already be at this perfguard's schema: it is never created or migrated."""
+    if state.current is None:
+        return StoreError(
+            f"{store_url.masked} holds no perfguard history store (no schema), and a read-only store "
+            "is never created",
+            hint="point --db at the baseline store that the baseline workflow (perfguard run) writes",
+        )
+    return StoreError(
+        f"the history store {store_url.masked} is at schema revision {state.current}; this perfguard "
+        f"reads {state.head}, and a read-only store is never migrated",
+        hint="migrate it with a role that may write (perfguard db upgrade --db URL): the baseline "
+        "workflow does so on its next run of this perfguard version",
+    )
+
+
+def _probe_directory(directory: Path, min_free_bytes: int) -> None:
+    """The directory of a SQLite store takes a new file and has room: else a StoreError saying which."""
+    try:
+        read_only_fs = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+        free = shutil.disk_usage(directory).free
+    except OSError as exc:
+        raise StoreError(
+            f"cannot reach the directory of the history store {directory}: {exc.strerror or exc}",
+            hint="create it, or fix the path in --db (or PERFGUARD_DB)",
+        ) from None
+    if read_only_fs:  # before the free space: a read-only mount reports none available
+        raise _not_writable(directory, os.strerror(errno.EROFS))
+    if free < min_free_bytes:
+        wanted = f"{min_free_bytes / 2**20:.0f} MiB"
+        raise _no_space(directory, f"only {free / 2**20:.1f} MiB free (perfguard wants {wanted})")
+    try:
+        handle, name = tempfile.mkstemp(prefix=".perfguard-probe-", dir=directory)
+        try:
+            os.write(handle, b"\0" * _PROBE_BYTES)
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+            os.unlink(name)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            detail = f"a {_PROBE_BYTES // 1024} KiB test write failed: {exc.strerror}"
+            raise _no_space(directory, detail) from None
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise _not_writable(directory, exc.strerror or str(exc)) from None
+        raise StoreError(f"cannot write to the directory of the history store {directory}: {exc}") from None
+
+
+def _not_writable(directory: Path, why: str) -> StoreError:
+    return StoreError(
+        f"the directory of the history store {directory} is not writable ({why}): SQLite writes the "
+        "database and its -wal/-shm/-journal files there",
+        hint="make the directory writable by this user, or point --db (or PERFGUARD_DB) at another place",
+    )
+
+
+def _no_space(directory: Path, detail: str) -> StoreError:
+    return StoreError(
+        f"{NO_SPACE} for the history store in {directory}: {detail}",
+        hint=f"free space on that disk (df -h {directory}), or point --db (or PERFGUARD_DB) at another disk",
+    )
+
+
+def _probe_postgres(connection: Any, where: str) -> None:
+    """A PostgreSQL session that may write: not read-only, INSERT on every table perfguard writes."""
+    if connection.execute(text("SHOW transaction_read_only")).scalar() == "on":
+        raise StoreError(
+            f"the PostgreSQL session for {where} is read-only (default_transaction_read_only is on for "
+            "this role or database, or the server is a standby)",
+            hint="a trusted job needs the role that may write; a PR job's read-only role is "
+            "meant for --db with --untrusted (docs/ci.md, 'Trust model')",
+        )
+    insert_granted = "has_table_privilege(CAST(:t AS text), 'INSERT')"
+    sequence_granted = "has_sequence_privilege(pg_get_serial_sequence(CAST(:t AS text), 'id'), 'USAGE')"
+    missing = []
+    for table in _WRITTEN_TABLES:
+        # result_data is keyed by its result: no id sequence of its own
+        check = insert_granted if table == "result_data" else f"{insert_granted} AND {sequence_granted}"
+        if not connection.execute(text(f"SELECT {check}"), {"t": table}).scalar():
+            missing.append(table)
+    if missing:
+        raise StoreError(
+            f"the PostgreSQL user of {where} may not write to {', '.join(missing)}",
+            hint="GRANT INSERT (and USAGE on their id sequences) to the role a trusted job uses; "
+            "a PR job's read-only role is meant for --db with --untrusted (docs/ci.md)",
+        )
 
 
 def _result_values(record: ResultRecord) -> dict[str, Any]:
@@ -668,4 +923,5 @@ def _stored_run(run: Run, *, machine_key: str, sha: str, n_results: int) -> Stor
         finished_at=run.finished_at,
         status=run.status,
         n_results=n_results,
+        trusted=run.trusted,
     )

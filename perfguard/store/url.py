@@ -20,6 +20,10 @@ from perfguard.errors import StoreError
 
 ENV_VAR = "PERFGUARD_DB"
 DEFAULT_RELATIVE_PATH = Path(".perfguard") / "history.db"
+# An untrusted check's own store (docs/ci.md, "Trust model"): its runs and its check record.
+RESULTS_ENV_VAR = "PERFGUARD_RESULTS_DB"
+RESULTS_DEFAULT_RELATIVE_PATH = Path(".perfguard") / "untrusted.db"
+UNTRUSTED_ENV_VAR = "PERFGUARD_UNTRUSTED"
 
 # Dialects perfguard is tested on, and the driver each plain name maps to.
 _DEFAULT_DRIVER = {"sqlite": "pysqlite", "postgresql": "psycopg"}
@@ -58,6 +62,23 @@ class StoreURL:
             return None
         return Path(database)
 
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The files a SQLite store consists of: the database and its -wal, -shm and -journal.
+
+        Empty for PostgreSQL and in-memory databases.  ``perfguard.gitrepo.work_tree`` leaves
+        them out of the dirty state, so a store kept inside the work tree does not make every
+        measurement ``+dirty``.
+        """
+        path = self.sqlite_path
+        if path is None:
+            return ()
+        return (path, *(path.with_name(path.name + suffix) for suffix in SQLITE_SIDE_FILES))
+
+
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+"""The files SQLite keeps next to a database (write-ahead log, its index, rollback journal)."""
+
 
 def mask(url: URL | str) -> str:
     """Render a URL for a message with its password hidden (never raises)."""
@@ -89,22 +110,45 @@ def repo_root(cwd: Path | None = None) -> Path:
     return Path(out.stdout.strip())
 
 
+def resolve_results(url: str | URL | None = None, *, cwd: Path | None = None) -> StoreURL:
+    """The results store of an untrusted check: ``url``, else ``$PERFGUARD_RESULTS_DB``, else
+    ``sqlite:///<repo root>/.perfguard/untrusted.db`` (its directory created when opened).
+
+    Pass the result to ``Store.open``.  Never the baseline store: an untrusted check writes its runs
+    (``trusted=False``) and its check record here and reads baselines read-only elsewhere.
+    """
+    return resolve(url, cwd=cwd, env_var=RESULTS_ENV_VAR, default=RESULTS_DEFAULT_RELATIVE_PATH)
+
+
+def untrusted_from_env() -> bool:
+    """``PERFGUARD_UNTRUSTED`` set to a true value (1, true, yes, on): the PR workflow sets it."""
+    return os.environ.get(UNTRUSTED_ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def default_url(cwd: Path | None = None) -> URL:
     """``sqlite:///<repo root>/.perfguard/history.db`` (the directory is created when opened)."""
     return URL.create("sqlite+pysqlite", database=str(repo_root(cwd) / DEFAULT_RELATIVE_PATH))
 
 
-def resolve(url: str | URL | None = None, *, cwd: Path | None = None) -> StoreURL:
-    """Check a URL given by the user (or ``PERFGUARD_DB``, or the default) before connecting.
+def resolve(
+    url: str | URL | None = None,
+    *,
+    cwd: Path | None = None,
+    env_var: str = ENV_VAR,
+    default: Path = DEFAULT_RELATIVE_PATH,
+) -> StoreURL:
+    """Check a URL given by the user (or ``$env_var``, or the default) before connecting.
 
     ``postgresql://`` and ``postgres://`` mean psycopg 3; ``sqlite://`` means the standard library's
     sqlite3.  Raises :class:`StoreError` for a malformed URL, a dialect other than SQLite and
-    PostgreSQL, or an async driver.
+    PostgreSQL, or an async driver.  ``env_var`` and ``default`` (relative to the repository root)
+    serve :func:`resolve_results`.
     """
     if url is None or url == "":
-        url = os.environ.get(ENV_VAR) or None
+        url = os.environ.get(env_var) or None
     if url is None:
-        return StoreURL(default_url(cwd), is_default=True)
+        path = repo_root(cwd) / default
+        return StoreURL(URL.create("sqlite+pysqlite", database=str(path)), is_default=True)
     try:
         parsed = url if isinstance(url, URL) else make_url(url)
     except ArgumentError as exc:
