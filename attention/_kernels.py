@@ -34,6 +34,8 @@ BACKENDS = ("auto", "cudnn", "flash", "efficient", "cpu_flash", "math")
 
 _aten = torch.ops.aten
 _disabled: set[tuple[str, str, torch.dtype, int]] = set()
+# kernels that rejected strided views (attention._plan feeds views): given contiguous copies
+_contiguous: set[tuple[str, str, torch.dtype, int]] = set()
 
 
 def _has(op: str) -> bool:
@@ -241,16 +243,41 @@ class KernelSet:
             stacklevel=3,
         )
 
+    def _contiguous_only(self, name: str, exc: BaseException) -> None:
+        _contiguous.add(self._key(name))
+        warnings.warn(
+            f"attention kernel {name!r} refused strided views on {self.device.type} {self.dtype} head_dim "
+            f"{self.head_dim} ({type(exc).__name__}: {str(exc)[:200]}); "
+            "copying its inputs to contiguous tensors",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[str, Any]]:
+        """Out and LSE of one call on (possibly strided) views; a kernel that rejects the strides
+        is retried on contiguous copies (and fed copies from then on), one that fails on those
+        too is switched off for this (device, dtype, head_dim)."""
         for name in self._live():
+            copies = self._key(name) in _contiguous
             try:
-                out, lse, aux = _IMPLS[name][0](q, k, v, causal, scale)
+                args = (q.contiguous(), k.contiguous(), v.contiguous()) if copies else (q, k, v)
+                out, lse, aux = _IMPLS[name][0](*args, causal, scale)
                 return out, lse, (name, aux)
             except RuntimeError as exc:
                 if name == "math":
                     raise
+                if not copies:
+                    try:
+                        out, lse, aux = _IMPLS[name][0](
+                            q.contiguous(), k.contiguous(), v.contiguous(), causal, scale
+                        )
+                    except RuntimeError:
+                        pass
+                    else:
+                        self._contiguous_only(name, exc)
+                        return out, lse, (name, aux)
                 self._disable(name, exc)
         raise AssertionError("unreachable: math never disabled")
 
@@ -268,8 +295,17 @@ class KernelSet:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         name, inner = aux
         if name != "math" and self._key(name) not in _disabled:
+            tensors = (dout, q, k, v, out)
+            if self._key(name) in _contiguous:
+                tensors = tuple(t.contiguous() for t in tensors)
             try:
-                return _IMPLS[name][1](dout, q, k, v, out, lse, inner, causal, scale)
+                return _IMPLS[name][1](*tensors, lse, inner, causal, scale)
             except RuntimeError as exc:
-                self._disable(name, exc)
+                try:
+                    grads = _IMPLS[name][1](*(t.contiguous() for t in tensors), lse, inner, causal, scale)
+                except RuntimeError:
+                    self._disable(name, exc)
+                else:
+                    self._contiguous_only(name, exc)
+                    return grads
         return _math_backward(dout, q, k, v, out, lse, None, causal, scale)

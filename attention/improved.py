@@ -60,8 +60,8 @@ class SegmentEngineAttention(DilatedAttentionBase):
         self._plans = PlanCache()
 
     # subclasses define how the sequence is cut and in which order chunk pairs are visited
-    def _chunk_lengths(self, seq_len: int) -> tuple[int, ...]:
-        return (seq_len,)
+    def _chunk_lengths(self, q: torch.Tensor) -> tuple[int, ...]:
+        return (q.shape[1],)
 
     def _pairs(self, chunks: int) -> tuple[tuple[int, int], ...]:
         return ((0, 0),)
@@ -93,7 +93,6 @@ class SegmentEngineAttention(DilatedAttentionBase):
                 is_causal=bool(is_causal),
                 scale=scale,
                 kernels=KernelSet(q.device, q.dtype, d, self.backend),
-                device=q.device,
             )
 
         return self._plans.get(key, build)
@@ -101,8 +100,8 @@ class SegmentEngineAttention(DilatedAttentionBase):
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = False
     ) -> torch.Tensor:
-        _, n, _, _ = self._check_inputs(q, k, v)
-        plan = self._plan(q, is_causal, self._chunk_lengths(n))
+        self._check_inputs(q, k, v)
+        plan = self._plan(q, is_causal, self._chunk_lengths(q))
         dropout_p = self._dropout_p()
         if dropout_p > 0.0:
             return differentiable_forward(plan, q, k, v, dropout_p)
