@@ -468,48 +468,21 @@ def markdown(b: Bench, info: dict) -> str:
         "| --- | ---: | ---: | ---: | --- |",
     ]
 
-    def target(label: str, n: object, value: float | None, goal: str, ok: bool | None) -> None:
-        lines.append(
-            f"| {label} | {n} | {_fmt(value)} | {goal} | {'–' if ok is None else ('yes' if ok else 'NO')} |"
-        )
+    def target(label: str, n: object, value: float | None, goal: float, at_least: bool) -> None:
+        ok = None if value is None else (value >= goal if at_least else value <= goal)
+        met = "–" if ok is None else ("yes" if ok else "NO")
+        lines.append(f"| {label} | {n} | {_fmt(value)} | {'>=' if at_least else '<='} {goal} | {met} |")
 
     for r in b.rows:
         if r["bench"] == "improved-forward":
-            target(
-                "improved fwd / SDPA pre-gathered",
-                r["n"],
-                r["improved_vs_sdpa"],
-                ">= 0.90",
-                r["improved_vs_sdpa"] >= 0.9,
-            )
+            target("improved fwd / SDPA pre-gathered", r["n"], r["improved_vs_sdpa"], 0.9, True)
         elif r["bench"] == "improved-forward+backward":
-            target(
-                "improved fwd+bwd / SDPA pre-gathered",
-                r["n"],
-                r["improved_vs_sdpa"],
-                ">= 0.80",
-                r["improved_vs_sdpa"] >= 0.8,
-            )
+            target("improved fwd+bwd / SDPA pre-gathered", r["n"], r["improved_vs_sdpa"], 0.8, True)
         elif r["bench"] == "ring-short":
-            target(
-                "ring(8) / improved time",
-                r["n"],
-                r["ring8_over_improved"],
-                "<= 1.5",
-                r["ring8_over_improved"] <= 1.5,
-            )
+            target("ring(8) / improved time", r["n"], r["ring8_over_improved"], 1.5, False)
         elif r["bench"] == "ring-long":
-            mem = r["ring8_over_ring1_memory"]
-            target(
-                "ring(8) / ring(1) extra memory", r["n"], mem, "<= 0.25", None if mem is None else mem <= 0.25
-            )
-            target(
-                "ring(8) / improved time",
-                r["n"],
-                r["ring8_over_improved"],
-                "<= 1.3",
-                r["ring8_over_improved"] <= 1.3,
-            )
+            target("ring(8) / ring(1) extra memory", r["n"], r["ring8_over_ring1_memory"], 0.25, False)
+            target("ring(8) / improved time", r["n"], r["ring8_over_improved"], 1.3, False)
     sparse = [r for r in b.rows if r["bench"] == "block-sparse"]
     if sparse:
         best = max(sparse, key=lambda r: r["speedup"])
@@ -531,8 +504,8 @@ def markdown(b: Bench, info: dict) -> str:
         elif r["bench"] in ("ring-short", "ring-long"):
             mem = ""
             if r["bench"] == "ring-long":
-                mib = {k: r[k] / 2**20 if r[k] else None for k in ("ring8_extra_bytes", "ring1_extra_bytes")}
-                mem = f", extra MiB ring8 {_fmt(mib['ring8_extra_bytes'])} ring1 {_fmt(mib['ring1_extra_bytes'])}"
+                r8, r1 = (r[k] / 2**20 if r[k] else None for k in ("ring8_extra_bytes", "ring1_extra_bytes"))
+                mem = f", extra MiB ring8 {_fmt(r8)} ring1 {_fmt(r1)}"
             lines.append(
                 f"| {r['bench']} ({r['chunks']} chunks) | {r['n']} | ring8 {_fmt(r['ring8_ms'])}, "
                 f"improved {_fmt(r['improved_ms'])}{mem} | {r['method']} |"
