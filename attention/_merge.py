@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
 
 SLOTS = 8  # parts per Triton launch (the kernel signature has this many part slots)
+_TRITON_FAILED: list[str] = []  # a Triton that cannot compile the kernels: warned once, torch from then on
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,17 @@ def triton_merge_enabled(t: torch.Tensor, parts: list[Part] = ()) -> bool:
         return False
     from attention import _merge_triton
 
-    return _merge_triton.AVAILABLE and all(nested(p) for p in parts)
+    return _merge_triton.AVAILABLE and not _TRITON_FAILED and all(nested(p) for p in parts)
+
+
+def _triton_failed(exc: Exception) -> None:
+    _TRITON_FAILED.append(repr(exc))
+    warnings.warn(
+        f"the Triton merge kernel failed ({type(exc).__name__}: {str(exc)[:300]}); "
+        "merging with plain torch ops from now on",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def _dest_view(dest: torch.Tensor, part: Part, row_elems: int) -> torch.Tensor:
@@ -88,9 +100,12 @@ def merge_parts(parts: list[Part], out: torch.Tensor, lse: torch.Tensor) -> None
     if triton_merge_enabled(out, parts):
         from attention._merge_triton import merge
 
-        merge(parts, out, lse)
-    else:
-        merge_torch(parts, out, lse)
+        try:
+            merge(parts, out, lse)
+            return
+        except Exception as exc:  # a Triton/compiler failure must not make the module unusable
+            _triton_failed(exc)
+    merge_torch(parts, out, lse)
 
 
 def merge_torch(parts: list[Part], out: torch.Tensor, lse: torch.Tensor) -> None:
@@ -116,9 +131,12 @@ def sum_parts(parts: list[Part], dest: torch.Tensor, *, accumulate: bool = False
     if triton_merge_enabled(dest, parts):
         from attention._merge_triton import sum_rows
 
-        sum_rows(parts, dest, accumulate=accumulate)
-    else:
-        sum_torch(parts, dest, accumulate=accumulate)
+        try:
+            sum_rows(parts, dest, accumulate=accumulate)
+            return
+        except Exception as exc:  # as in merge_parts
+            _triton_failed(exc)
+    sum_torch(parts, dest, accumulate=accumulate)
 
 
 def sum_torch(parts: list[Part], dest: torch.Tensor, *, accumulate: bool = False) -> None:

@@ -176,14 +176,15 @@ def test_cuda_head_dims_bf16(name: str, head_dim: int) -> None:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("backend", ["cudnn", "flash", "efficient", "math"])
+@pytest.mark.parametrize("backend", ["cudnn", "flash", "efficient", "math", "flex", "flash_attn", "xformers"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_cuda_each_kernel_backend(backend: str, dtype: torch.dtype) -> None:
-    """Every fused kernel the engine may pick, forced one at a time (skipped where it cannot run)."""
-    from attention._kernels import candidates
+    """Every attention kernel, forced one at a time (skipped, with why, where it cannot run)."""
+    from attention._kernels import unavailable_reason
 
-    if backend not in candidates(torch.device("cuda"), dtype, 64):
-        pytest.skip(f"{backend} cannot run {dtype} here")
+    reason = unavailable_reason(backend, torch.device("cuda"), dtype, 64)
+    if reason is not None:
+        pytest.skip(f"{backend} cannot run {dtype} here: {reason}")
     tol = CPU_TOL * 100 if dtype == torch.float32 else CUDA_TOL
     for name in ("improved", "ring"):
         check_against_reference(
