@@ -374,13 +374,24 @@ class BlockSparseRingDilatedAttention(DilatedAttentionBase):
         full_num, full_idx = as_indices(tiles)
         part_num, part_idx = as_indices(partial)
 
+        def causal(b, h, q_idx, kv_idx):
+            return kv_idx <= q_idx
+
+        # Compiled flex visits only the listed tiles and evaluates mask_mod only in partial ones
+        # (the causal diagonal), so on CUDA the kernel gets the plain causal mask (or none): no
+        # pattern lookup in the kernel, no captured tensor.  Eager flex (CPU) applies mask_mod to
+        # every score, so there it must be the pattern itself.
+        if device.type == "cuda":
+            kernel_mask = causal if is_causal else None
+        else:
+            kernel_mask = mask_mod
         return BlockMask.from_kv_blocks(
             part_num,
             part_idx,
             full_num,
             full_idx,
             BLOCK_SIZE=_FLEX_TILE,
-            mask_mod=mask_mod,
+            mask_mod=kernel_mask,
             seq_lengths=(n, n),
         )
 
