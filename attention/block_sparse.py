@@ -381,10 +381,7 @@ class BlockSparseRingDilatedAttention(DilatedAttentionBase):
         # (the causal diagonal), so on CUDA the kernel gets the plain causal mask (or none): no
         # pattern lookup in the kernel, no captured tensor.  Eager flex (CPU) applies mask_mod to
         # every score, so there it must be the pattern itself.
-        if device.type == "cuda":
-            kernel_mask = causal if is_causal else None
-        else:
-            kernel_mask = mask_mod
+        kernel_mask = (causal if is_causal else None) if device.type == "cuda" else mask_mod
         return BlockMask.from_kv_blocks(
             part_num,
             part_idx,
