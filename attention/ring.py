@@ -2,9 +2,10 @@
 
 The sequence is cut into ``ring_size`` contiguous chunks.  Query chunk ``a`` meets key/value
 chunks ``a, a−1, a−2, …`` in turn; every chunk pair contributes the dense pieces of the segments
-that span both chunks (:mod:`attention._plan`), merged into chunk ``a``'s accumulator by
-log-sum-exp (online softmax).  Only one query chunk's float32 accumulator and one pair's
-gathered tensors are alive at a time, so the attention intermediates are O(n / ring_size).
+that span both chunks (:mod:`attention._plan`: strided views of q, k and v, nothing gathered);
+after its last pair, chunk ``a``'s piece outputs are merged by log-sum-exp in one pass
+(:mod:`attention._merge`).  Only one query chunk's piece outputs are alive at a time, so the
+attention intermediates are O(n / ring_size).
 Causal masking uses global positions: a key chunk entirely after the query chunk is skipped,
 a chunk before it needs no mask, the diagonal chunk is causal inside each segment; a row with no
 visible key is 0, never NaN.  The result is exactly ``dilated``'s function (same pattern).
