@@ -88,10 +88,16 @@ def _all_parts(seq_len: int, heads: int, ring_size: int, batch: int, mode: str =
                 yield p, qb, kb, fold(p, batch, qb, kb)
 
 
+@pytest.mark.parametrize("mode", ["longnet", "head_groups"])
 @pytest.mark.parametrize("batch", [1, 3])
-@pytest.mark.parametrize("ring_size", [1, 4])
-def test_fold_covers_each_row_once_and_parts_are_nested(batch: int, ring_size: int) -> None:
-    for piece, qb, _, calls in _all_parts(seq_len=256, heads=12, ring_size=ring_size, batch=batch):
+@pytest.mark.parametrize(
+    ("seq_len", "heads", "ring_size"), [(256, 12, 1), (256, 12, 4), (203, 7, 3), (203, 7, 8)]
+)
+def test_fold_covers_each_row_once_and_parts_are_nested(
+    seq_len: int, heads: int, ring_size: int, batch: int, mode: str
+) -> None:
+    """Interior pieces, and chunks shorter than the segments (rectangles, cut segments)."""
+    for piece, qb, _, calls in _all_parts(seq_len, heads, ring_size, batch, mode):
         want = sorted(bi * qb + r for bi in range(batch) for rows in piece.rows("q") for r in rows)
         got = []
         for call in calls:
