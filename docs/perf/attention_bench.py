@@ -379,7 +379,10 @@ def backends_table(b: Bench, lengths: list[int]) -> None:
         if why is not None:
             b.record(bench="backend", backend=name, available=False, reason=why)
             continue
+        too_slow = False
         for n in lengths:
+            if too_slow:
+                break
             if name in ("math", "flex") and n > (1024 if b.smoke else 32768):
                 # math: O(segment²) fp32 scores per branch; flex: one compile per piece shape, and
                 # past Dynamo's recompile limit it would run eagerly (dense): shorter lengths only
