@@ -65,7 +65,12 @@ def triton_merge_enabled(t: torch.Tensor, parts: list[Part] = ()) -> bool:
         return False
     from attention import _merge_triton
 
-    return _merge_triton.AVAILABLE and not _TRITON_FAILED and all(nested(p) for p in parts)
+    # the kernel reads each row as head_dim contiguous values and inverts nested strides
+    return (
+        _merge_triton.AVAILABLE
+        and not _TRITON_FAILED
+        and all(nested(p) and p.values.stride(-1) == 1 for p in parts)
+    )
 
 
 def _triton_failed(exc: Exception) -> None:
