@@ -25,6 +25,7 @@ _EXPORTS = {
     "dilated_pattern": "attention.pattern",
     "reference_attention": "attention.reference",
     "registry": "attention.registry",
+    "backends": "attention.backends",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -20,14 +20,14 @@ all-gathered once per forward, which is the only host synchronisation of the dis
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
 
-from attention._engine import SegmentPlan, _rows, _run_pieces_backward, _run_pieces_forward
+from attention._engine import SegmentPlan, run_pieces_backward, run_pieces_forward
 from attention._lse import compute_dtype
+from attention._merge import merge_parts, sum_parts
 
 
 def gather_shapes(q: torch.Tensor, group) -> list[tuple[int, int, int, int]]:
@@ -92,9 +92,7 @@ class DistributedRingFunction(torch.autograd.Function):
         b, la, h, d = q.shape
         cd = compute_dtype(q.dtype)
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        acc = torch.zeros(b, la * h, d, dtype=cd, device=q.device)
-        acc_lse = torch.full((b, la * h), -math.inf, dtype=cd, device=q.device)
-        fresh = [True]
+        parts = []
         auxes: dict[int, list] = {}
         kv = torch.cat([k.reshape(-1), v.reshape(-1)])
         for s in range(steps):
@@ -108,15 +106,15 @@ class DistributedRingFunction(torch.autograd.Function):
             if pieces:
                 lc_len = plan.bounds[c][1] - plan.bounds[c][0]
                 kc, vc = kv.view(2, b, lc_len, h, d).unbind(0)
-                auxes[c] = _run_pieces_forward(
-                    plan, pieces, _rows(q), _rows(kc), _rows(vc), acc, acc_lse, fresh
-                )
+                new, auxes[c] = run_pieces_forward(plan, pieces, q, kc, vc)
+                parts.extend(new)
             for r in reqs:
                 r.wait()
             if nxt is not None:
                 kv = nxt
-        out = acc.view(b, la, h, d).to(q.dtype)
-        lse = acc_lse
+        out = torch.empty_like(q)
+        lse = torch.empty((b, la, h), dtype=cd, device=q.device)
+        merge_parts(parts, out, lse)
         ctx.plan, ctx.group, ctx.steps, ctx.auxes = plan, group, steps, auxes
         ctx.save_for_backward(q, k, v, out, lse)
         return out
@@ -130,7 +128,7 @@ class DistributedRingFunction(torch.autograd.Function):
         b, la, h, d = q.shape
         cd = compute_dtype(q.dtype)
         dout = dout.contiguous()
-        dq = torch.zeros(b, la * h, d, dtype=cd, device=q.device)
+        dq = torch.zeros(b, la, h, d, dtype=cd, device=q.device)
         kv = torch.cat([k.reshape(-1), v.reshape(-1)])
         dkv = torch.zeros(kv.numel(), dtype=cd, device=q.device)
         for s in range(steps):
@@ -139,21 +137,11 @@ class DistributedRingFunction(torch.autograd.Function):
             pieces = plan.pieces(a, c)
             if pieces:
                 kc, vc = kv.view(2, b, lc_len, h, d).unbind(0)
-                dkc, dvc = dkv.view(2, b, lc_len * h, d).unbind(0)
-                _run_pieces_backward(
-                    plan,
-                    pieces,
-                    _rows(q),
-                    _rows(kc),
-                    _rows(vc),
-                    _rows(out),
-                    lse,
-                    _rows(dout),
-                    dq,
-                    dkc,
-                    dvc,
-                    ctx.auxes[c],
-                )
+                dkc, dvc = dkv.view(2, b, lc_len, h, d).unbind(0)
+                dq_p, dk_p, dv_p = run_pieces_backward(plan, pieces, q, kc, vc, out, lse, dout, ctx.auxes[c])
+                sum_parts(dq_p, dq, accumulate=True)
+                sum_parts(dk_p, dkc, accumulate=True)
+                sum_parts(dv_p, dvc, accumulate=True)
             if s < steps - 1:
                 nc = plan.bounds[(a - s - 1) % world]
                 size = 2 * b * (nc[1] - nc[0]) * h * d
@@ -170,4 +158,4 @@ class DistributedRingFunction(torch.autograd.Function):
                 r.wait()
             dkv = mine
         dk, dv = dkv.view(2, b, la, h, d).unbind(0)
-        return dq.view(b, la, h, d).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None

@@ -1,18 +1,24 @@
 """The segment engine behind ``improved``, ``ring`` and ``hilbert_ring``.
 
 It executes a :mod:`attention._plan` — dense, mask-free attention pieces over (query chunk, key
-chunk) pairs — with fused kernels that return their log-sum-exp (:mod:`attention._kernels`), and
-merges the pieces into each query chunk's accumulator with the online-softmax update.  One chunk
-is ``improved``; ``ring_size`` chunks visited chunk-pair by chunk-pair is the single-device ring
-(only one query chunk's accumulator and one pair's gathered tensors are alive at a time, so the
-attention intermediates are O(n / ring_size)); with ``torch.distributed`` each rank holds one
-chunk and key/value chunks travel around the ring.
+chunk) pairs, each a *strided view* of q, k and v (nothing is gathered) — with fused kernels that
+return their log-sum-exp (:mod:`attention._kernels`), and merges every query chunk's pieces in one
+pass (:mod:`attention._merge`: one Triton kernel on CUDA).  One chunk is ``improved``;
+``ring_size`` chunks visited chunk-pair by chunk-pair is the single-device ring (a query chunk's
+piece outputs live from its first pair to its last, so the attention intermediates are
+O(n / ring_size)); with ``torch.distributed`` each rank holds one chunk and key/value chunks travel
+around the ring.
 
 Gradients are exact, mixture weights included: :class:`SegmentAttentionFunction` saves the
-merged output and LSE and runs every piece's kernel backward with them (the ring-attention
-identity, see :mod:`attention._kernels`), scatter-adding dq, dk, dv.  In training with dropout the
-fused path cannot replay the kernels' random masks, so :func:`differentiable_forward` computes the
-same pieces with plain autograd ops and dropout on the probabilities (single device only).
+merged output and LSE and runs every piece's kernel backward on views of them (the ring-attention
+identity, see :mod:`attention._kernels`); the pieces' dq, dk, dv are summed into the sequence
+layout by :func:`attention._merge.sum_parts`.  In training with dropout the fused path cannot
+replay the kernels' random masks, so :func:`differentiable_forward` computes the same pieces with
+plain autograd ops and dropout on the probabilities (single device only).
+
+Nothing here reads a tensor's values on the host or builds a tensor from host data: the plan is
+pure Python integers, so a call launches a fixed sequence of kernels (CUDA-graph capturable, and
+never waits for the GPU; tests/test_attention_sync.py checks it op by op).
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ from dataclasses import dataclass, field
 import torch
 
 from attention._kernels import KernelSet
-from attention._lse import attention_with_lse, compute_dtype, merge_into
-from attention._plan import Piece, build_pieces
+from attention._lse import attention_with_lse, compute_dtype
+from attention._merge import Part, merge_parts, sum_parts
+from attention._plan import Call, Piece, build_pieces, fold
 
 
 @dataclass
@@ -43,8 +50,8 @@ class SegmentPlan:
     is_causal: bool
     scale: float
     kernels: KernelSet
-    device: torch.device
     _pieces: dict[tuple[int, int], list[Piece]] = field(default_factory=dict)
+    _calls: dict[tuple, list[Call]] = field(default_factory=dict)
 
     def pieces(self, q_chunk: int, k_chunk: int) -> list[Piece]:
         key = (q_chunk, k_chunk)
@@ -59,13 +66,18 @@ class SegmentPlan:
                 q_chunk=q_chunk,
                 k_chunk=k_chunk,
                 is_causal=self.is_causal,
-                device=self.device,
             )
         return self._pieces[key]
 
+    def calls(self, piece: Piece, batch: int, q_batch_rows: int, k_batch_rows: int) -> list[Call]:
+        key = (id(piece), batch, q_batch_rows, k_batch_rows)
+        if key not in self._calls:
+            self._calls[key] = fold(piece, batch, q_batch_rows, k_batch_rows)
+        return self._calls[key]
+
 
 class PlanCache:
-    """A small LRU of plans per module (plans hold index tensors on the device)."""
+    """A small LRU of plans per module."""
 
     def __init__(self, size: int = 32) -> None:
         self.size = size
@@ -84,115 +96,113 @@ class PlanCache:
 
 
 # --------------------------------------------------------------------------------------------
-# gathering helpers
+# views
 # --------------------------------------------------------------------------------------------
-def _rows(x: torch.Tensor) -> torch.Tensor:
-    """(b, L, h, d) chunk -> (b, L*h, d) view of flat rows (no copy for slices of contiguous tensors)."""
-    b, L, h, d = x.shape
-    return x.reshape(b, L * h, d)
+def _view(
+    x: torch.Tensor, offset: int, sizes: tuple[int, int], strides: tuple[int, int], length: int, t_stride: int
+):
+    """Rows ``offset + i·strides[0] + j·strides[1] + t·t_stride`` of a contiguous ``(b, L, H[, d])``
+    tensor as a ``(B, H', length[, d])`` view (no copy)."""
+    if x.dim() == 4:
+        d = x.shape[-1]
+        return x.as_strided(
+            (*sizes, length, d),
+            (strides[0] * d, strides[1] * d, t_stride * d, 1),
+            x.storage_offset() + offset * d,
+        )
+    return x.as_strided((*sizes, length), (strides[0], strides[1], t_stride), x.storage_offset() + offset)
 
 
-def _gather(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Flat rows (b, R, d) at ``index (P, hp, m)`` -> kernel layout (b*P, hp, m, d), contiguous."""
-    b, _, d = rows.shape
-    p, hp, m = index.shape
-    return rows.index_select(1, index.reshape(-1)).view(b * p, hp, m, d)
+def _q_part(values, lse, call: Call, piece: Piece) -> Part:
+    return Part(values, lse, call.q_offset, (*call.sizes, piece.lq), (*call.q_strides, piece.t_stride))
 
 
-def _gather_lse(lse_rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    b = lse_rows.shape[0]
-    p, hp, m = index.shape
-    return lse_rows.index_select(1, index.reshape(-1)).view(b * p, hp, m)
+def _k_part(values, call: Call, piece: Piece) -> Part:
+    return Part(values, None, call.k_offset, (*call.sizes, piece.lk), (*call.k_strides, piece.t_stride))
 
 
-def _flat(x: torch.Tensor, b: int) -> torch.Tensor:
-    """Kernel layout (b*P, hp, m, ...) -> flat rows (b, P*hp*m, ...)."""
-    return x.reshape(b, -1, *x.shape[3:]) if x.dim() == 4 else x.reshape(b, -1)
+def _batch_rows(x: torch.Tensor) -> int:
+    return x.shape[1] * x.shape[2]
+
+
+def _chunk(x: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """A contiguous chunk (a view when batch is 1 or the chunk is everything, else a copy)."""
+    part = x[:, lo:hi]
+    return part if part.is_contiguous() else part.contiguous()
+
+
+# --------------------------------------------------------------------------------------------
+# pieces of one chunk pair
+# --------------------------------------------------------------------------------------------
+def run_pieces_forward(
+    plan: SegmentPlan, pieces: Sequence[Piece], qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor
+) -> tuple[list[Part], list]:
+    """Every piece's kernel on views of the contiguous chunks: the parts to merge, and each call's
+    by-products (sequence metadata, RNG state) for its backward."""
+    b = qc.shape[0]
+    parts, auxes = [], []
+    for piece in pieces:
+        for call in plan.calls(piece, b, _batch_rows(qc), _batch_rows(kc)):
+            qv = _view(qc, call.q_offset, call.sizes, call.q_strides, piece.lq, piece.t_stride)
+            kv = _view(kc, call.k_offset, call.sizes, call.k_strides, piece.lk, piece.t_stride)
+            vv = _view(vc, call.k_offset, call.sizes, call.k_strides, piece.lk, piece.t_stride)
+            out, lse, aux = plan.kernels.forward(qv, kv, vv, piece.causal, plan.scale)
+            parts.append(_q_part(out, lse, call, piece))
+            auxes.append(aux)
+    return parts, auxes
+
+
+def run_pieces_backward(
+    plan: SegmentPlan,
+    pieces: Sequence[Piece],
+    qc: torch.Tensor,
+    kc: torch.Tensor,
+    vc: torch.Tensor,
+    oc: torch.Tensor,
+    lc: torch.Tensor,
+    doc: torch.Tensor,
+    auxes: Sequence,
+) -> tuple[list[Part], list[Part], list[Part]]:
+    """Every piece's kernel backward with the *merged* output and LSE: dq, dk, dv parts."""
+    b = qc.shape[0]
+    dq, dk, dv = [], [], []
+    calls = [
+        (piece, call) for piece in pieces for call in plan.calls(piece, b, _batch_rows(qc), _batch_rows(kc))
+    ]
+    for (piece, call), aux in zip(calls, auxes, strict=True):
+        geo_q = (call.q_offset, call.sizes, call.q_strides, piece.lq, piece.t_stride)
+        geo_k = (call.k_offset, call.sizes, call.k_strides, piece.lk, piece.t_stride)
+        g = plan.kernels.backward(
+            _view(doc, *geo_q),
+            _view(qc, *geo_q),
+            _view(kc, *geo_k),
+            _view(vc, *geo_k),
+            _view(oc, *geo_q),
+            _view(lc, *geo_q).contiguous(),
+            aux,
+            piece.causal,
+            plan.scale,
+        )
+        dq.append(_q_part(g[0], None, call, piece))
+        dk.append(_k_part(g[1], call, piece))
+        dv.append(_k_part(g[2], call, piece))
+    return dq, dk, dv
 
 
 # --------------------------------------------------------------------------------------------
 # forward / backward on one device (any visiting order)
 # --------------------------------------------------------------------------------------------
-def _run_pieces_forward(
-    plan: SegmentPlan,
-    pieces: Sequence[Piece],
-    q_rows: torch.Tensor,
-    k_rows: torch.Tensor,
-    v_rows: torch.Tensor,
-    acc: torch.Tensor,
-    acc_lse: torch.Tensor,
-    fresh: list[bool],
-) -> list:
-    """Run pieces, merge them into their query chunk's (b, L*h, d) accumulator in place.
-
-    Returns each kernel's by-products (sequence metadata, RNG state) for its backward.
-    """
-    b = q_rows.shape[0]
-    auxes = []
-    for piece in pieces:
-        out, lse, aux = plan.kernels.forward(
-            _gather(q_rows, piece.q_index),
-            _gather(k_rows, piece.k_index),
-            _gather(v_rows, piece.k_index),
-            piece.causal,
-            plan.scale,
-        )
-        idx = piece.q_index.reshape(-1)
-        out_f = _flat(out, b).to(acc.dtype)
-        lse_f = _flat(lse, b).to(acc_lse.dtype)
-        if fresh[0]:
-            # first piece of this accumulator touches each of its rows once: plain write
-            acc.index_copy_(1, idx, out_f)
-            acc_lse.index_copy_(1, idx, lse_f)
-        else:
-            merged, merged_lse = merge_into(
-                acc.index_select(1, idx), acc_lse.index_select(1, idx), out_f, lse_f
-            )
-            acc.index_copy_(1, idx, merged)
-            acc_lse.index_copy_(1, idx, merged_lse)
-        fresh[0] = False
-        auxes.append(aux)
-    return auxes
-
-
-def _run_pieces_backward(
-    plan: SegmentPlan,
-    pieces: Sequence[Piece],
-    q_rows: torch.Tensor,
-    k_rows: torch.Tensor,
-    v_rows: torch.Tensor,
-    out_rows: torch.Tensor,
-    lse_rows: torch.Tensor,
-    dout_rows: torch.Tensor,
-    dq_rows: torch.Tensor,
-    dk_rows: torch.Tensor,
-    dv_rows: torch.Tensor,
-    auxes: Sequence,
-) -> None:
-    b = q_rows.shape[0]
-    for piece, aux in zip(pieces, auxes, strict=True):
-        qg = _gather(q_rows, piece.q_index)
-        kg = _gather(k_rows, piece.k_index)
-        vg = _gather(v_rows, piece.k_index)
-        og = _gather(out_rows, piece.q_index)
-        dog = _gather(dout_rows, piece.q_index)
-        lg = _gather_lse(lse_rows, piece.q_index)
-        dq, dk, dv = plan.kernels.backward(dog, qg, kg, vg, og, lg, aux, piece.causal, plan.scale)
-        qi, ki = piece.q_index.reshape(-1), piece.k_index.reshape(-1)
-        dq_rows.index_add_(1, qi, _flat(dq, b).to(dq_rows.dtype))
-        dk_rows.index_add_(1, ki, _flat(dk, b).to(dk_rows.dtype))
-        dv_rows.index_add_(1, ki, _flat(dv, b).to(dv_rows.dtype))
-
-
 class SegmentAttentionFunction(torch.autograd.Function):
     """Single-device engine: forward merges pieces, backward replays them with merged O and LSE."""
 
     @staticmethod
     def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: SegmentPlan) -> torch.Tensor:
-        out, lse, auxes = single_device_forward(plan, q, k, v)
+        need_lse = any(ctx.needs_input_grad[:3])
+        out, lse, auxes = single_device_forward(plan, q, k, v, keep_lse=need_lse)
         ctx.plan = plan
         ctx.auxes = auxes
-        ctx.save_for_backward(q, k, v, out, lse)
+        if need_lse:
+            ctx.save_for_backward(q, k, v, out, lse)
         return out
 
     @staticmethod
@@ -204,44 +214,55 @@ class SegmentAttentionFunction(torch.autograd.Function):
 
 
 def single_device_forward(
-    plan: SegmentPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    """Visit ``plan.pairs`` in order; a query chunk's accumulator lives from its first pair to its last.
+    plan: SegmentPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, keep_lse: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
+    """Visit ``plan.pairs`` in order; a query chunk's parts are merged after its last pair.
 
-    Returns the output, the merged LSE ``(b, n, h)`` and the kernels' by-products per pair.
+    Returns the output, the merged LSE ``(b, n, h)`` (None unless ``keep_lse``: without gradients
+    only one chunk's LSE is alive at a time) and the kernels' by-products per pair.
     """
-    b, n, h, d = q.shape
+    b, n, h, _ = q.shape
     cd = compute_dtype(q.dtype)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    out = torch.zeros_like(q)
-    lse = torch.full((b, n, h), -math.inf, dtype=cd, device=q.device)
+    out = torch.empty_like(q)
+    lse = torch.empty((b, n, h), dtype=cd, device=q.device) if keep_lse else None
     remaining: dict[int, int] = {}
     for a, _ in plan.pairs:
         remaining[a] = remaining.get(a, 0) + 1
-    accs: dict[int, tuple[torch.Tensor, torch.Tensor, list[bool]]] = {}
+    open_parts: dict[int, list[Part]] = {}
     auxes: dict[tuple[int, int], list] = {}
     for a, c in plan.pairs:
         (a0, a1), (c0, c1) = plan.bounds[a], plan.bounds[c]
-        if a not in accs:
-            la = a1 - a0
-            accs[a] = (
-                torch.zeros(b, la * h, d, dtype=cd, device=q.device),
-                torch.full((b, la * h), -math.inf, dtype=cd, device=q.device),
-                [True],
-            )
-        acc, acc_lse, fresh = accs[a]
+        parts = open_parts.setdefault(a, [])
         pieces = plan.pieces(a, c)
         if pieces:
-            auxes[(a, c)] = _run_pieces_forward(
-                plan, pieces, _rows(q[:, a0:a1]), _rows(k[:, c0:c1]), _rows(v[:, c0:c1]), acc, acc_lse, fresh
+            new, auxes[(a, c)] = run_pieces_forward(
+                plan, pieces, _chunk(q, a0, a1), _chunk(k, c0, c1), _chunk(v, c0, c1)
             )
+            parts.extend(new)
         remaining[a] -= 1
         if remaining[a] == 0:
-            la = a1 - a0
-            out[:, a0:a1] = acc.view(b, la, h, d).to(q.dtype)
-            lse[:, a0:a1] = acc_lse.view(b, la, h)
-            del accs[a]
+            dest = out[:, a0:a1]
+            dest_lse = lse[:, a0:a1] if lse is not None else None
+            if dest.is_contiguous() and (dest_lse is None or dest_lse.is_contiguous()):
+                merge_parts(
+                    parts, dest, dest_lse if dest_lse is not None else _chunk_lse(b, a1 - a0, h, cd, q)
+                )
+            else:  # batch > 1 with several chunks: merge into contiguous buffers, then copy
+                tmp, tmp_lse = (
+                    torch.empty_like(dest, memory_format=torch.contiguous_format),
+                    _chunk_lse(b, a1 - a0, h, cd, q),
+                )
+                merge_parts(parts, tmp, tmp_lse)
+                dest.copy_(tmp)
+                if dest_lse is not None:
+                    dest_lse.copy_(tmp_lse)
+            del open_parts[a]
     return out, lse, auxes
+
+
+def _chunk_lse(b: int, length: int, h: int, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
+    return torch.empty((b, length, h), dtype=dtype, device=like.device)
 
 
 def single_device_backward(
@@ -254,32 +275,54 @@ def single_device_backward(
     dout: torch.Tensor,
     auxes: dict,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    cd = compute_dtype(q.dtype)
     dout = dout.contiguous()
+    if len(plan.bounds) == 1:  # one chunk: every part summed straight into the gradients
+        parts = run_pieces_backward(plan, plan.pieces(0, 0), q, k, v, out, lse, dout, auxes.get((0, 0), []))
+        grads = []
+        for x, ps in zip((q, k, v), parts, strict=True):
+            g = torch.empty_like(x)
+            sum_parts(ps, g)
+            grads.append(g)
+        return grads[0], grads[1], grads[2]
+    cd = compute_dtype(q.dtype)
     dq = torch.zeros(q.shape, dtype=cd, device=q.device)
     dk = torch.zeros_like(dq)
     dv = torch.zeros_like(dq)
-    b = q.shape[0]
     for a, c in plan.pairs:
         pieces = plan.pieces(a, c)
         if not pieces:
             continue
         (a0, a1), (c0, c1) = plan.bounds[a], plan.bounds[c]
-        _run_pieces_backward(
+        dq_p, dk_p, dv_p = run_pieces_backward(
             plan,
             pieces,
-            _rows(q[:, a0:a1]),
-            _rows(k[:, c0:c1]),
-            _rows(v[:, c0:c1]),
-            _rows(out[:, a0:a1]),
-            lse[:, a0:a1].reshape(b, -1),
-            _rows(dout[:, a0:a1]),
-            _rows(dq[:, a0:a1]),
-            _rows(dk[:, c0:c1]),
-            _rows(dv[:, c0:c1]),
+            _chunk(q, a0, a1),
+            _chunk(k, c0, c1),
+            _chunk(v, c0, c1),
+            _chunk(out, a0, a1),
+            _chunk(lse, a0, a1),
+            _chunk(dout, a0, a1),
             auxes[(a, c)],
         )
+        for dest, ps, (lo, hi) in ((dq, dq_p, (a0, a1)), (dk, dk_p, (c0, c1)), (dv, dv_p, (c0, c1))):
+            view = dest[:, lo:hi]
+            if view.is_contiguous():
+                sum_parts(ps, view, accumulate=True)
+            else:
+                tmp = view.contiguous()
+                sum_parts(ps, tmp, accumulate=True)
+                view.copy_(tmp)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+def _rows_index(part: Part, device: torch.device) -> torch.Tensor:
+    """Destination rows of every (i, j, t) of a part, built on the device with arange (no host data)."""
+    idx = torch.full((1, 1, 1), part.offset, dtype=torch.int64, device=device)
+    for dim, (size, stride) in enumerate(zip(part.sizes, part.strides, strict=True)):
+        shape = [1, 1, 1]
+        shape[dim] = size
+        idx = idx + torch.arange(size, device=device).view(shape) * stride
+    return idx.reshape(-1)
 
 
 def differentiable_forward(
@@ -287,36 +330,48 @@ def differentiable_forward(
 ) -> torch.Tensor:
     """The same pieces with plain autograd ops (used in training with dropout > 0).
 
-    Every piece's partial output and LSE is scattered into global (position, head) rows and merged
-    with a scatter log-sum-exp, all differentiable; rows no branch keeps stay 0.
+    Uses the one-chunk pieces of the sequence (the function does not depend on the chunking);
+    every piece's partial output and LSE is scattered into the global (batch, position, head)
+    rows and merged with a scatter log-sum-exp, all differentiable; rows no branch keeps stay 0.
     """
     b, n, h, d = q.shape
     cd = compute_dtype(q.dtype)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    pieces = build_pieces(
+        seq_len=n,
+        num_heads=h,
+        segment_lengths=plan.segment_lengths,
+        dilation_rates=plan.dilation_rates,
+        mode=plan.mode,
+        bounds=((0, n),),
+        q_chunk=0,
+        k_chunk=0,
+        is_causal=plan.is_causal,
+    )
     outs, lses, rows = [], [], []
-    for a, c in plan.pairs:
-        (a0, a1), (c0, c1) = plan.bounds[a], plan.bounds[c]
-        qr, kr, vr = _rows(q[:, a0:a1]), _rows(k[:, c0:c1]), _rows(v[:, c0:c1])
-        for piece in plan.pieces(a, c):
+    for piece in pieces:
+        for call in fold(piece, b, n * h, n * h):
+            geo_q = (call.q_offset, call.sizes, call.q_strides, piece.lq, piece.t_stride)
+            geo_k = (call.k_offset, call.sizes, call.k_strides, piece.lk, piece.t_stride)
             o, lse = attention_with_lse(
-                _gather(qr, piece.q_index),
-                _gather(kr, piece.k_index),
-                _gather(vr, piece.k_index),
+                _view(q, *geo_q),
+                _view(k, *geo_k),
+                _view(v, *geo_k),
                 scale=plan.scale,
                 causal=piece.causal,
                 dropout_p=dropout_p,
             )
-            outs.append(_flat(o, b))
-            lses.append(_flat(lse, b))
-            rows.append(piece.q_index.reshape(-1) + a0 * h)
+            outs.append(o.reshape(-1, d))
+            lses.append(lse.reshape(-1))
+            rows.append(_rows_index(_q_part(o, lse, call, piece), q.device))
     if not outs:
         return torch.zeros_like(q)
-    out_all, lse_all, idx = torch.cat(outs, 1), torch.cat(lses, 1), torch.cat(rows)
-    top = torch.full((b, n * h), -math.inf, dtype=cd, device=q.device)
-    top = top.scatter_reduce(1, idx.expand(b, -1), lse_all.detach(), reduce="amax").index_select(1, idx)
+    out_all, lse_all, idx = torch.cat(outs), torch.cat(lses), torch.cat(rows)
+    total = b * n * h
+    top = torch.full((total,), -math.inf, dtype=cd, device=q.device)
+    top = top.scatter_reduce(0, idx, lse_all.detach(), reduce="amax").index_select(0, idx)
     weight = torch.exp(lse_all - top)
-    denom = torch.zeros(b, n * h, dtype=cd, device=q.device).index_add(1, idx, weight)
-    numer = torch.zeros(b, n * h, d, dtype=cd, device=q.device).index_add(
-        1, idx, weight.unsqueeze(-1) * out_all
-    )
+    denom = torch.zeros(total, dtype=cd, device=q.device).index_add(0, idx, weight)
+    numer = torch.zeros(total, d, dtype=cd, device=q.device).index_add(0, idx, weight.unsqueeze(-1) * out_all)
     safe = torch.where(denom > 0, denom, torch.ones_like(denom))
     return (numer / safe.unsqueeze(-1)).view(b, n, h, d).to(q.dtype)

@@ -30,10 +30,14 @@ import torch
 
 from attention._lse import compute_dtype
 
-BACKENDS = ("auto", "cudnn", "flash", "efficient", "cpu_flash", "math")
+BACKENDS = ("auto", "cudnn", "flash", "efficient", "cpu_flash", "math", "flex", "flash_attn", "xformers")
+# offered by ``auto``, fastest first; the others run only when asked for by name
+AUTO_ORDER = ("cudnn", "flash", "efficient", "cpu_flash", "math")
 
 _aten = torch.ops.aten
 _disabled: set[tuple[str, str, torch.dtype, int]] = set()
+# kernels that rejected strided views (attention._plan feeds views): given contiguous copies
+_contiguous: set[tuple[str, str, torch.dtype, int]] = set()
 
 
 def _has(op: str) -> bool:
@@ -164,43 +168,203 @@ def _efficient_backward(dout, q, k, v, out, lse, aux, causal, scale):
     return dq, dk, dv
 
 
+# --------------------------------------------------------------------------------------------
+# FlexAttention (torch.nn.attention.flex_attention): forward with LSE; backward runs the math
+# kernel (flex's own backward cannot be given the merged output and LSE, and has no CPU path)
+# --------------------------------------------------------------------------------------------
+_FLEX_MASKS: dict = {}
+_FLEX_COMPILED = None
+
+
+def _flex_fn(device: torch.device):
+    global _FLEX_COMPILED
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if device.type != "cuda":
+        return flex_attention  # eager (a dense reference implementation): tests on the CPU
+    if _FLEX_COMPILED is None:
+        _FLEX_COMPILED = torch.compile(flex_attention, dynamic=False)
+    return _FLEX_COMPILED
+
+
+def _flex_causal_mask(lq: int, lk: int, device: torch.device):
+    key = (lq, lk, device)
+    if key not in _FLEX_MASKS:
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        def causal(b, h, q_idx, kv_idx):
+            return kv_idx <= q_idx
+
+        _FLEX_MASKS[key] = create_block_mask(causal, None, None, lq, lk, device=device)
+    return _FLEX_MASKS[key]
+
+
+def _flex_forward(q, k, v, causal, scale):
+    mask = _flex_causal_mask(q.shape[2], k.shape[2], q.device) if causal else None
+    q, k, v = q.detach(), k.detach(), v.detach()  # never differentiated through (CPU flex refuses)
+    try:
+        from torch.nn.attention.flex_attention import AuxRequest
+
+        lse_kwargs = {"return_aux": AuxRequest(lse=True)}
+    except ImportError:  # torch < 2.9
+        lse_kwargs = {"return_lse": True}
+    with warnings.catch_warnings():  # eager flex (CPU) warns that it is not compiled: it is a reference
+        warnings.simplefilter("ignore", UserWarning)
+        out, aux = _flex_fn(q.device)(q, k, v, block_mask=mask, scale=scale, **lse_kwargs)
+    lse = aux.lse if hasattr(aux, "lse") else aux
+    return out, lse.float(), None
+
+
+# --------------------------------------------------------------------------------------------
+# flash-attn and xformers (optional packages, CUDA only; layout (B, L, H, d))
+# --------------------------------------------------------------------------------------------
+def _flash_attn_forward(q, k, v, causal, scale):
+    from flash_attn import flash_attn_func
+
+    out, lse, _ = flash_attn_func(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), 0.0, scale, causal, return_attn_probs=True
+    )
+    return out.transpose(1, 2), lse.float(), None
+
+
+def _flash_attn_backward(dout, q, k, v, out, lse, aux, causal, scale):
+    import inspect
+
+    from flash_attn.flash_attn_interface import _flash_attn_backward as backward
+
+    t = [x.transpose(1, 2) for x in (dout, q, k, v, out)]
+    grads = [torch.empty_like(x) for x in t[1:4]]
+    names = inspect.signature(backward).parameters
+    kwargs = {
+        "dropout_p": 0.0,
+        "softmax_scale": scale,
+        "causal": causal,
+        "alibi_slopes": None,
+        "deterministic": True,
+    }
+    if "window_size_left" in names:
+        kwargs.update(window_size_left=-1, window_size_right=-1)
+    elif "window_size" in names:
+        kwargs["window_size"] = (-1, -1)
+    if "softcap" in names:
+        kwargs["softcap"] = 0.0
+    backward(*t, lse.float().contiguous(), *grads, **kwargs)
+    return tuple(g.transpose(1, 2) for g in grads)
+
+
+def _xformers_bias(causal: bool):
+    if not causal:
+        return None
+    from xformers.ops.fmha.attn_bias import LowerTriangularMask
+
+    return LowerTriangularMask()
+
+
+def _xformers_forward(q, k, v, causal, scale):
+    from xformers.ops import fmha
+
+    out, lse = fmha.memory_efficient_attention_forward_requires_grad(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_bias=_xformers_bias(causal), scale=scale
+    )
+    lq = q.shape[2]
+    return out.transpose(1, 2), lse[..., :lq].float(), lse.shape[-1]
+
+
+def _xformers_backward(dout, q, k, v, out, lse, aux, causal, scale):
+    from xformers.ops import fmha
+
+    padded = torch.nn.functional.pad(lse.float(), (0, aux - lse.shape[-1])).contiguous()
+    t = [x.transpose(1, 2) for x in (dout, out, q, k, v)]
+    dq, dk, dv = fmha.memory_efficient_attention_backward(
+        t[0], t[1], padded, t[2], t[3], t[4], attn_bias=_xformers_bias(causal), scale=scale
+    )
+    return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
+
+
 _IMPLS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "math": (_math_forward, _math_backward),
     "cpu_flash": (_cpu_flash_forward, _cpu_flash_backward),
     "cudnn": (_cudnn_forward, _cudnn_backward),
     "flash": (_flash_forward, _flash_backward),
     "efficient": (_efficient_forward, _efficient_backward),
+    "flex": (_flex_forward, _math_backward),
+    "flash_attn": (_flash_attn_forward, _flash_attn_backward),
+    "xformers": (_xformers_forward, _xformers_backward),
 }
+# errors a backend can raise at run time before it is switched off (optional packages change
+# their private signatures between releases: a TypeError there is a failure of that backend)
+_FAILURES = (RuntimeError, TypeError, NotImplementedError, ImportError)
 
 
 def candidates(device: torch.device, dtype: torch.dtype, head_dim: int) -> list[str]:
-    """Backends that can run (device, dtype, head_dim), fastest first (docs/perf/probe_kernels.md)."""
+    """Backends ``auto`` may use for (device, dtype, head_dim), fastest first
+    (docs/perf/probe_kernels.md); :func:`unavailable_reason` says why the others are not."""
+    return [name for name in AUTO_ORDER if unavailable_reason(name, device, dtype, head_dim) is None]
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def unavailable_reason(name: str, device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
+    """Why backend ``name`` cannot run (device, dtype, head_dim) here, or None when it can."""
     half = dtype in (torch.float16, torch.bfloat16)
-    out: list[str] = []
-    if device.type == "cpu":
-        if dtype in (torch.float32, torch.float64, torch.bfloat16) and _has(
-            "_scaled_dot_product_flash_attention_for_cpu_backward"
-        ):
-            out.append("cpu_flash")
-    elif device.type == "cuda":
-        major, _ = torch.cuda.get_device_capability(device)
-        fused_half = half and major >= 8 and head_dim % 8 == 0
-        if fused_half and head_dim <= 128 and _has("_scaled_dot_product_cudnn_attention_backward"):
-            out.append("cudnn")
-        if fused_half and head_dim <= 256 and _has("_scaled_dot_product_flash_attention_backward"):
-            out.append("flash")
-        # The memory-efficient kernel only for float32: its backward, given the merged output and
-        # LSE of several parts, returned dq with a relative error of 0.65 for bfloat16 on an H100
-        # (torch 2.11, tests/test_attention_numerics.py::test_cuda_each_kernel_backend,
-        # docs/perf/attention.md); float32 passed.  Half precision has cuDNN and flash anyway.
-        if (
-            dtype == torch.float32
-            and head_dim % 4 == 0
-            and _has("_scaled_dot_product_efficient_attention_backward")
-        ):
-            out.append("efficient")
-    out.append("math")
-    return out
+    if name == "math":
+        return None
+    if name == "cpu_flash":
+        if device.type != "cpu":
+            return "CPU only"
+        if dtype not in (torch.float32, torch.float64, torch.bfloat16):
+            return f"no {dtype} path"
+        if not _has("_scaled_dot_product_flash_attention_for_cpu_backward"):
+            return "this torch has no CPU flash kernel"
+        return None
+    if name == "flex":
+        if not _importable("torch.nn.attention.flex_attention"):
+            return "this torch has no FlexAttention"
+        if head_dim < 16 or head_dim & (head_dim - 1):
+            return "FlexAttention needs a power-of-two head_dim >= 16"
+        return None
+    if device.type != "cuda":
+        return "CUDA only"
+    major, _ = torch.cuda.get_device_capability(device)
+    fused_half = half and major >= 8 and head_dim % 8 == 0
+    if name == "cudnn":
+        if not fused_half or head_dim > 128:
+            return "bf16/fp16 on sm80+ with head_dim a multiple of 8, <= 128"
+        if not _has("_scaled_dot_product_cudnn_attention_backward"):
+            return "this torch has no cuDNN attention"
+        return None
+    if name == "flash":
+        if not fused_half or head_dim > 256:
+            return "bf16/fp16 on sm80+ with head_dim a multiple of 8, <= 256"
+        if not _has("_scaled_dot_product_flash_attention_backward"):
+            return "this torch has no FlashAttention-2 kernel"
+        return None
+    if name == "efficient":
+        # Only for float32: its backward, given the merged output and LSE of several parts,
+        # returned dq with a relative error of 0.65 for bfloat16 on an H100 (torch 2.11,
+        # tests/test_attention_numerics.py::test_cuda_each_kernel_backend, docs/perf/attention.md);
+        # float32 passed.  Half precision has cuDNN and flash anyway.
+        if dtype != torch.float32 or head_dim % 4:
+            return "float32 only here (wrong half-precision gradients with a merged LSE on sm90)"
+        if not _has("_scaled_dot_product_efficient_attention_backward"):
+            return "this torch has no memory-efficient kernel"
+        return None
+    if name == "flash_attn":
+        if not _importable("flash_attn"):
+            return "the flash-attn package is not installed"
+        return None if fused_half else "bf16/fp16 on sm80+ with head_dim a multiple of 8"
+    if name == "xformers":
+        if not _importable("xformers"):
+            return "the xformers package is not installed"
+        return None
+    raise ValueError(f"unknown attention backend {name!r}; known: {BACKENDS[1:]}")
 
 
 class KernelSet:
@@ -214,9 +378,10 @@ class KernelSet:
         self.device, self.dtype, self.head_dim = device, dtype, head_dim
         chain = candidates(device, dtype, head_dim)
         if backend != "auto":
-            if backend not in chain:
+            reason = unavailable_reason(backend, device, dtype, head_dim)
+            if reason is not None:
                 raise ValueError(
-                    f"backend {backend!r} cannot run {device.type} {dtype} head_dim {head_dim}; "
+                    f"backend {backend!r} cannot run {device.type} {dtype} head_dim {head_dim} ({reason}); "
                     f"available: {chain}"
                 )
             chain = [backend, *(c for c in chain if c != backend and c == "math")]
@@ -241,16 +406,41 @@ class KernelSet:
             stacklevel=3,
         )
 
+    def _contiguous_only(self, name: str, exc: BaseException) -> None:
+        _contiguous.add(self._key(name))
+        warnings.warn(
+            f"attention kernel {name!r} refused strided views on {self.device.type} {self.dtype} head_dim "
+            f"{self.head_dim} ({type(exc).__name__}: {str(exc)[:200]}); "
+            "copying its inputs to contiguous tensors",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[str, Any]]:
+        """Out and LSE of one call on (possibly strided) views; a kernel that rejects the strides
+        is retried on contiguous copies (and fed copies from then on), one that fails on those
+        too is switched off for this (device, dtype, head_dim)."""
         for name in self._live():
+            copies = self._key(name) in _contiguous
             try:
-                out, lse, aux = _IMPLS[name][0](q, k, v, causal, scale)
+                args = (q.contiguous(), k.contiguous(), v.contiguous()) if copies else (q, k, v)
+                out, lse, aux = _IMPLS[name][0](*args, causal, scale)
                 return out, lse, (name, aux)
-            except RuntimeError as exc:
+            except _FAILURES as exc:
                 if name == "math":
                     raise
+                if not copies:
+                    try:
+                        out, lse, aux = _IMPLS[name][0](
+                            q.contiguous(), k.contiguous(), v.contiguous(), causal, scale
+                        )
+                    except _FAILURES:
+                        pass
+                    else:
+                        self._contiguous_only(name, exc)
+                        return out, lse, (name, aux)
                 self._disable(name, exc)
         raise AssertionError("unreachable: math never disabled")
 
@@ -268,8 +458,17 @@ class KernelSet:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         name, inner = aux
         if name != "math" and self._key(name) not in _disabled:
+            tensors = (dout, q, k, v, out)
+            if self._key(name) in _contiguous:
+                tensors = tuple(t.contiguous() for t in tensors)
             try:
-                return _IMPLS[name][1](dout, q, k, v, out, lse, inner, causal, scale)
-            except RuntimeError as exc:
-                self._disable(name, exc)
+                return _IMPLS[name][1](*tensors, lse, inner, causal, scale)
+            except _FAILURES as exc:
+                try:
+                    grads = _IMPLS[name][1](*(t.contiguous() for t in tensors), lse, inner, causal, scale)
+                except _FAILURES:
+                    self._disable(name, exc)
+                else:
+                    self._contiguous_only(name, exc)
+                    return grads
         return _math_backward(dout, q, k, v, out, lse, None, causal, scale)

@@ -84,19 +84,3 @@ def merge_stacked(outs: torch.Tensor, lses: torch.Tensor, dim: int = 0) -> tuple
     out = (weights.unsqueeze(-1) * outs).sum(dim=dim) / safe.squeeze(dim).unsqueeze(-1)
     lse = torch.where(has, torch.log(safe) + top, torch.full_like(safe, -math.inf)).squeeze(dim)
     return out, lse
-
-
-def merge_into(
-    acc_out: torch.Tensor, acc_lse: torch.Tensor, out: torch.Tensor, lse: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Online-softmax update of an accumulator with one more part (no autograd needed).
-
-    The new part's weight in the merged row is ``exp(lse) / (exp(acc_lse) + exp(lse))
-    = sigmoid(lse − acc_lse)``, and the merge is one ``lerp`` towards it: five kernels per merge,
-    which matters because the ring merges hundreds of small pieces per call and is launch-bound
-    on a GPU.  ``acc_lse``/``lse`` may be −inf (nothing seen yet / empty part): the weight is then
-    exactly 1 or 0 and the result the other side unchanged; both −inf gives ``nan`` in the
-    difference, turned into weight 0 (the row stays 0, never NaN).
-    """
-    weight = torch.sigmoid(lse - acc_lse).nan_to_num_(0.0)
-    return torch.lerp(acc_out, out, weight.unsqueeze(-1)), torch.logaddexp(acc_lse, lse)

@@ -1,27 +1,31 @@
-"""Which dense attentions compute dilated attention over a sequence cut into chunks.
+"""Which dense attentions compute dilated attention, as strided views of q, k and v.
 
 Dilated attention is block-diagonal after gathering: inside one segment of branch ``(w, r)``, the
-positions kept with offset ``o`` attend densely to each other.  This module turns the semantics
-of :mod:`attention.pattern` into a static list of *pieces*, each one dense attention with no mask
-at all (so it can run on a fused kernel), for a sequence cut into contiguous chunks (the ring):
+heads that read offset ``o`` keep positions ``seg·w + o + t·r`` and attend densely to each other.
+In the ``(batch, seq, heads, head_dim)`` layout those positions are equally spaced: a head's kept
+rows are ``r·H`` rows apart (one row = the ``head_dim`` values of one (position, head)), the heads
+of one offset group are adjacent rows, successive offset groups are ``H + c`` rows apart (``c``
+heads per group, longnet) and successive segments ``w·H`` rows apart.  So every piece of work is a
+**strided view** of the inputs that a fused kernel reads directly (cuDNN, FlashAttention-2, the
+memory-efficient kernel and the CPU flash kernel all accept any strides with a contiguous last
+dimension; issue 8 measured cuDNN on such views at the speed of pre-gathered tensors): nothing is
+gathered or copied.
 
-- **interior piece** (query chunk == key chunk): all segments of a branch that lie entirely
-  inside the chunk, all heads of the branch at once.  Every head keeps exactly ``w/r`` positions
-  of a full segment (``w % r == 0``), so this is one ``(segments, heads, w/r, d)`` attention,
-  causal inside the segment when ``is_causal``;
-- **boundary piece**: one segment that crosses a chunk boundary or the end of the sequence, one
-  offset group of heads, the kept positions of that segment inside the query chunk against those
-  inside the key chunk.  Same chunk: square, causal when ``is_causal``.  Key chunk before the
-  query chunk: every key precedes every query, no mask.  Key chunk after the query chunk with
-  ``is_causal``: skipped (entirely in the future).
+This module turns the semantics of :mod:`attention.pattern` into a static list of :class:`Piece`
+for a sequence cut into contiguous chunks (``improved`` is one chunk, the ring several):
 
-A piece never has a row without keys, so kernels never see a fully masked row.  Piece indices
-are *flat* rows ``position_in_chunk * num_heads + head`` of a chunk viewed as
-``(batch, chunk_len * num_heads, head_dim)``, so gathering is one ``index_select``.
+- a piece is one segment range × one run of offset groups × the heads of a group, the kept
+  positions inside the query chunk against those inside the key chunk;
+- same chunk: square, causal when ``is_causal``; key chunk before the query chunk: every key
+  precedes every query, no mask; key chunk after it with ``is_causal``: skipped;
+- pieces of consecutive segments with the same local ranges share one piece (a *segment axis*),
+  and so do offset groups with the same head count and ranges (a *group axis*).
 
-The plan depends only on shapes and configuration (never on data), so it is built once per
-(seq_len, heads, chunking, causal, device) and cached; forward passes then launch a fixed
-sequence of kernels (CUDA-graph capturable, no host synchronisation).
+A piece never has a row without keys, so kernels never see a fully masked row.  Geometry is in
+*rows* relative to the chunk tensors (batch excluded: its stride is known at call time, see
+:func:`fold`).  The plan depends only on shapes and configuration (never on data) and is built
+without touching a device, so forward passes launch a fixed sequence of kernels (CUDA-graph
+capturable, no host synchronisation).
 """
 
 from __future__ import annotations
@@ -29,36 +33,54 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
-
 from attention.pattern import branch_heads
 
 
 @dataclass(frozen=True)
+class Axis:
+    """One axis of independent attention instances: its size and row strides in q and in k/v."""
+
+    size: int
+    q_stride: int
+    k_stride: int
+
+
+@dataclass(frozen=True)
 class Piece:
-    """One dense attention: flat query rows of chunk ``q_chunk`` against key rows of ``k_chunk``."""
+    """A dense attention over strided views: rows ``offset + Σ index·stride + t·t_stride``."""
 
     branch: int
     q_chunk: int
     k_chunk: int
-    q_index: torch.Tensor  # (P, heads, mq) flat rows into the query chunk
-    k_index: torch.Tensor  # (P, heads, mk) flat rows into the key chunk
+    q_offset: int  # first query row, relative to the query chunk (batch 0)
+    k_offset: int  # first key row, relative to the key chunk
+    axes: tuple[Axis, ...]  # instance axes (segments, offset groups, heads), size-1 axes dropped
+    lq: int
+    lk: int
+    t_stride: int  # rows between consecutive kept positions (rate · num_heads)
     causal: bool
 
     @property
-    def batch_groups(self) -> int:
-        return self.q_index.shape[0]
-
-    @property
-    def heads(self) -> int:
-        return self.q_index.shape[1]
+    def instances(self) -> int:
+        out = 1
+        for a in self.axes:
+            out *= a.size
+        return out
 
     @property
     def pairs(self) -> int:
         """Attended (query, key) pairs per batch element, for FLOP accounting."""
-        p, h, mq = self.q_index.shape
-        mk = self.k_index.shape[2]
-        return p * h * (mq * (mq + 1) // 2 if self.causal else mq * mk)
+        per = self.lq * (self.lq + 1) // 2 if self.causal else self.lq * self.lk
+        return self.instances * per
+
+    def rows(self, which: str = "q") -> list[list[int]]:
+        """Every instance's rows (``"q"`` or ``"k"``), batch 0: a plain-Python oracle for tests."""
+        offset, length = (self.q_offset, self.lq) if which == "q" else (self.k_offset, self.lk)
+        starts = [offset]
+        for ax in self.axes:
+            step = ax.q_stride if which == "q" else ax.k_stride
+            starts = [s + i * step for s in starts for i in range(ax.size)]
+        return [[s + t * self.t_stride for t in range(length)] for s in starts]
 
 
 def chunk_bounds(lengths: Sequence[int]) -> tuple[tuple[int, int], ...]:
@@ -84,6 +106,23 @@ def _kept_range(seg_lo: int, offset: int, rate: int, lo: int, hi: int) -> tuple[
     return t0, t1
 
 
+@dataclass(frozen=True)
+class _Group:
+    offset: int
+    first_head: int
+    heads: int
+
+
+def _offset_groups(bh) -> list[_Group]:
+    """The branch's heads by offset, each group a contiguous head range (true in both modes)."""
+    out = []
+    for offset, heads in bh.groups().items():
+        if list(heads) != list(range(heads[0], heads[0] + len(heads))):
+            raise AssertionError(f"offset group {heads} is not a contiguous head range")
+        out.append(_Group(offset, heads[0], len(heads)))
+    return out
+
+
 def build_pieces(
     *,
     seq_len: int,
@@ -95,10 +134,8 @@ def build_pieces(
     q_chunk: int,
     k_chunk: int,
     is_causal: bool,
-    device: torch.device,
-    fuse: bool = True,
 ) -> list[Piece]:
-    """The pieces of one (query chunk, key chunk) pair (module docstring), fused by :func:`coalesce`."""
+    """The pieces of one (query chunk, key chunk) pair (module docstring)."""
     qa0, qa1 = bounds[q_chunk]
     kc0, kc1 = bounds[k_chunk]
     if qa0 >= qa1 or kc0 >= kc1:
@@ -112,68 +149,117 @@ def build_pieces(
         w, r = bh.segment_length, bh.dilation_rate
         lo_j = max(qa0 // w, kc0 // w)
         hi_j = min((qa1 - 1) // w, (kc1 - 1) // w)
-        if lo_j > hi_j:
-            continue
-        heads = torch.tensor(bh.heads, dtype=torch.int64, device=device)
-        offsets = torch.tensor(bh.offsets, dtype=torch.int64, device=device)
-        boundary = list(range(lo_j, hi_j + 1))
-        if same:
-            first_inner = -(-qa0 // w)
-            end_inner = min(qa1, seq_len) // w  # exclusive
-            if end_inner > first_inner:
-                m = w // r
-                seg = torch.arange(first_inner, end_inner, device=device)
-                t = torch.arange(m, device=device)
-                pos = seg[:, None, None] * w + offsets[None, :, None] + t[None, None, :] * r  # (S, hb, m)
-                flat = (pos - qa0) * h + heads[None, :, None]
-                pieces.append(Piece(bh.branch, q_chunk, k_chunk, flat, flat, is_causal))
-                boundary = [j for j in boundary if not first_inner <= j < end_inner]
-        for j in boundary:
+        groups = _offset_groups(bh)
+        # per segment: runs of offset groups with equal local ranges and head counts
+        per_segment: list[tuple[int, tuple]] = []
+        for j in range(lo_j, hi_j + 1):
             seg_lo, seg_hi = j * w, min((j + 1) * w, seq_len)
-            for offset, group in bh.groups().items():
-                tq0, tq1 = _kept_range(seg_lo, offset, r, max(qa0, seg_lo), min(qa1, seg_hi))
-                tk0, tk1 = _kept_range(seg_lo, offset, r, max(kc0, seg_lo), min(kc1, seg_hi))
-                if tq1 <= tq0 or tk1 <= tk0:
+            runs: list[list] = []
+            for g in groups:
+                tq = _kept_range(seg_lo, g.offset, r, max(qa0, seg_lo), min(qa1, seg_hi))
+                tk = _kept_range(seg_lo, g.offset, r, max(kc0, seg_lo), min(kc1, seg_hi))
+                if tq[1] <= tq[0] or tk[1] <= tk[0]:
                     continue
-                g = torch.tensor(group, dtype=torch.int64, device=device)
-                q_pos = seg_lo + offset + torch.arange(tq0, tq1, device=device) * r
-                k_pos = seg_lo + offset + torch.arange(tk0, tk1, device=device) * r
-                q_flat = ((q_pos[None, :] - qa0) * h + g[:, None])[None]  # (1, hg, mq)
-                k_flat = ((k_pos[None, :] - kc0) * h + g[:, None])[None]
-                pieces.append(Piece(bh.branch, q_chunk, k_chunk, q_flat, k_flat, is_causal and same))
-    return coalesce(pieces) if fuse else pieces
+                key = (tq, tk, g.heads)
+                if runs and runs[-1][0] == key:
+                    run = runs[-1]
+                    step = (g.offset - run[1][-1].offset) * h + (g.first_head - run[1][-1].first_head)
+                    if len(run[1]) == 1 or step == run[2]:
+                        run[1].append(g)
+                        run[2] = step
+                        continue
+                runs.append([key, [g], None])
+            signature = tuple(
+                (key, tuple((x.offset, x.first_head) for x in gs), step) for key, gs, step in runs
+            )
+            per_segment.append((j, signature))
+        # consecutive segments with the same signature share one piece (a segment axis)
+        i = 0
+        while i < len(per_segment):
+            j0, sig = per_segment[i]
+            count = 1
+            while i + count < len(per_segment) and per_segment[i + count][1] == sig:
+                count += 1
+            for (tq, tk, hc), members, step in sig:
+                o0, h0 = members[0]
+                seg_lo = j0 * w
+                q_off = (seg_lo + o0 + tq[0] * r - qa0) * h + h0
+                k_off = (seg_lo + o0 + tk[0] * r - kc0) * h + h0
+                axes = [Axis(count, w * h, w * h), Axis(len(members), step or 0, step or 0), Axis(hc, 1, 1)]
+                pieces.append(
+                    Piece(
+                        branch=bh.branch,
+                        q_chunk=q_chunk,
+                        k_chunk=k_chunk,
+                        q_offset=q_off,
+                        k_offset=k_off,
+                        axes=tuple(a for a in axes if a.size > 1),
+                        lq=tq[1] - tq[0],
+                        lk=tk[1] - tk[0],
+                        t_stride=r * h,
+                        causal=is_causal and same,
+                    )
+                )
+            i += count
+    return pieces
 
 
-def coalesce(pieces: Sequence[Piece]) -> list[Piece]:
-    """Pieces of one branch with the same query/key lengths and mask, fused into one piece.
+# --------------------------------------------------------------------------------------------
+# folding a piece onto a kernel's (B, H, L, d) layout
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Call:
+    """One kernel call: ``(B, H', L)`` sizes and row strides of its q and k views, and offsets."""
 
-    Inside one branch the pieces of a chunk pair touch disjoint query rows (different segments or
-    offset groups), and the segments and heads of a piece are independent attentions, so they can
-    share one kernel call as ``(1, Σ P·heads, m)``.  A ring whose chunks are shorter than the
-    segments otherwise runs one piece per segment, offset group and chunk pair (336 per call for
-    the ``ring`` benchmark at 1K tokens with ``ring_size=8``), each a dozen launches.  Pieces of
-    different branches are never fused: they overlap in rows (every head is in every branch in
-    ``longnet`` mode) and must be merged by log-sum-exp.  Only boundary pieces (one segment each)
-    are fused; an interior piece keeps its ``(segments, heads, m)`` layout, the one measured on
-    GPUs (docs/perf/attention.md), and a piece alone in its group is kept as is.
+    sizes: tuple[int, int]  # (B, H')
+    q_strides: tuple[int, int]
+    k_strides: tuple[int, int]
+    q_offset: int  # rows from the query chunk tensor's first row (batch included)
+    k_offset: int
+
+
+def fold(piece: Piece, batch: int, q_batch_stride: int, k_batch_stride: int) -> list[Call]:
+    """The kernel calls of one piece for ``batch`` sequences (batch strides in rows).
+
+    The instance axes (batch, segments, groups, heads) are independent attentions; a kernel has
+    two such axes (B and H), so axes whose strides chain (``outer = size·inner`` in q *and* k) are
+    merged, the two largest become B and H, and the rest are looped over (separate calls).
     """
-    groups: dict[tuple[int, int, int, bool], list[Piece]] = {}
-    out = []
-    for piece in pieces:
-        if piece.batch_groups > 1:  # an interior piece: its segments already share one call
-            out.append(piece)
-            continue
-        key = (piece.branch, piece.q_index.shape[2], piece.k_index.shape[2], piece.causal)
-        groups.setdefault(key, []).append(piece)
-    for (_, mq, mk, _), group in groups.items():
-        first = group[0]
-        if len(group) == 1:
-            out.append(first)
-            continue
-        q_index = torch.cat([p.q_index.reshape(-1, mq) for p in group])[None]
-        k_index = torch.cat([p.k_index.reshape(-1, mk) for p in group])[None]
-        out.append(Piece(first.branch, first.q_chunk, first.k_chunk, q_index, k_index, first.causal))
-    return out
+    axes = [(batch, q_batch_stride, k_batch_stride)] if batch > 1 else []
+    axes += [(a.size, a.q_stride, a.k_stride) for a in piece.axes]
+    merged = True
+    while merged:
+        merged = False
+        axes.sort(key=lambda a: (a[1], a[2]))
+        for i, inner in enumerate(axes):
+            for j, outer in enumerate(axes):
+                if i != j and outer[1] == inner[0] * inner[1] and outer[2] == inner[0] * inner[2]:
+                    axes[i] = (inner[0] * outer[0], inner[1], inner[2])
+                    del axes[j]
+                    merged = True
+                    break
+            if merged:
+                break
+    axes.sort(key=lambda a: -a[0])
+    kernel_axes = sorted(axes[:2], key=lambda a: -a[1])  # B = the larger stride, H = the smaller
+    while len(kernel_axes) < 2:
+        kernel_axes.append((1, 0, 0))
+    loops = axes[2:]
+    calls = []
+    starts = [(0, 0)]
+    for size, sq, sk in loops:
+        starts = [(oq + i * sq, ok + i * sk) for oq, ok in starts for i in range(size)]
+    for oq, ok in starts:
+        calls.append(
+            Call(
+                sizes=(kernel_axes[0][0], kernel_axes[1][0]),
+                q_strides=(kernel_axes[0][1], kernel_axes[1][1]),
+                k_strides=(kernel_axes[0][2], kernel_axes[1][2]),
+                q_offset=piece.q_offset + oq,
+                k_offset=piece.k_offset + ok,
+            )
+        )
+    return calls
 
 
 def hilbert_curve(side: int) -> list[tuple[int, int]]:

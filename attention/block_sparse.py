@@ -216,6 +216,7 @@ class BlockSparseRingDilatedAttention(DilatedAttentionBase):
         pattern: str = "local_window",
         ring_size: int | None = None,
         backend: str = "auto",
+        kernel_options: dict | None = None,
     ) -> None:
         super().__init__(
             segment_lengths=segment_lengths,
@@ -225,6 +226,11 @@ class BlockSparseRingDilatedAttention(DilatedAttentionBase):
             dropout=dropout,
             num_heads=num_heads,
         )
+        if kernel_options is not None and not isinstance(kernel_options, dict):
+            raise ValueError(
+                f"kernel_options must be a dict of FlexAttention kernel options, got {kernel_options!r}"
+            )
+        self.kernel_options = dict(kernel_options or {})
         if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0.0 <= sparsity < 1.0:
             raise ValueError(
                 f"sparsity (fraction of block pairs skipped) must be in [0, 1), got {sparsity!r}"
@@ -316,26 +322,75 @@ class BlockSparseRingDilatedAttention(DilatedAttentionBase):
         )
 
     def _forward_flex(self, q, k, v, is_causal: bool) -> torch.Tensor:
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        from torch.nn.attention.flex_attention import flex_attention
 
         n = q.shape[1]
         key = ("flex", n, bool(is_causal), q.device)
         if key not in self._cache:
-            active = self.active_blocks(n, is_causal).to(q.device)
-            bs = self.block_size
-
-            def mask_mod(b, h, q_idx, kv_idx):
-                visible = active[q_idx // bs, kv_idx // bs]
-                return visible & (kv_idx <= q_idx) if is_causal else visible
-
-            self._cache[key] = create_block_mask(
-                mask_mod, None, None, n, n, device=q.device, _compile=q.device.type == "cuda"
-            )
+            self._cache[key] = self._block_mask(n, is_causal, q.device)
         block_mask = self._cache[key]
         fn = _compiled_flex() if q.device.type == "cuda" else flex_attention
-        qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
-        out = fn(qt, kt, vt, block_mask=block_mask, scale=self._scale(q.shape[-1]))
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # strided views: flex reads them as they are
+        options = {"kernel_options": dict(self.kernel_options)} if self.kernel_options else {}
+        out = fn(qt, kt, vt, block_mask=block_mask, scale=self._scale(q.shape[-1]), **options)
         return out.transpose(1, 2).contiguous()
+
+    def _block_mask(self, n: int, is_causal: bool, device: torch.device):
+        """The FlexAttention block mask of the pattern.
+
+        With ``block_size`` a multiple of 128 (flex's tile) the mask is built directly from the
+        active block pairs (``BlockMask.from_kv_blocks``): no ``mask_mod`` to trace and compile, and
+        every active tile is marked *full*, so the kernel skips mask evaluation there; only causal
+        diagonal tiles are partial.  Other block sizes go through ``create_block_mask``.
+        """
+        from torch.nn.attention.flex_attention import BlockMask, create_block_mask
+
+        active = self.active_blocks(n, is_causal)
+        bs = self.block_size
+        act = active.to(device)
+
+        def mask_mod(b, h, q_idx, kv_idx):  # the pattern itself: flex's semantics (eager runs it densely)
+            visible = act[q_idx // bs, kv_idx // bs]
+            return visible & (kv_idx <= q_idx) if is_causal else visible
+
+        if bs % _FLEX_TILE:
+            compile_mask = device.type == "cuda"
+            return create_block_mask(mask_mod, None, None, n, n, device=device, _compile=compile_mask)
+        per = bs // _FLEX_TILE
+        tiles = active.repeat_interleave(per, 0).repeat_interleave(per, 1)
+        nt = -(-n // _FLEX_TILE)
+        tiles = tiles[:nt, :nt]
+        partial = torch.zeros_like(tiles)
+        if is_causal:
+            diagonal = torch.eye(nt, dtype=torch.bool)
+            partial = tiles & diagonal
+            tiles = tiles & ~diagonal & torch.ones(nt, nt, dtype=torch.bool).tril()
+
+        def as_indices(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            counts = mask.sum(dim=1, dtype=torch.int32)
+            order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True).to(torch.int32)
+            return counts[None, None].to(device), order[None, None].contiguous().to(device)
+
+        full_num, full_idx = as_indices(tiles)
+        part_num, part_idx = as_indices(partial)
+
+        def causal(b, h, q_idx, kv_idx):
+            return kv_idx <= q_idx
+
+        # Compiled flex visits only the listed tiles and evaluates mask_mod only in partial ones
+        # (the causal diagonal), so on CUDA the kernel gets the plain causal mask (or none): no
+        # pattern lookup in the kernel, no captured tensor.  Eager flex (CPU) applies mask_mod to
+        # every score, so there it must be the pattern itself.
+        kernel_mask = (causal if is_causal else None) if device.type == "cuda" else mask_mod
+        return BlockMask.from_kv_blocks(
+            part_num,
+            part_idx,
+            full_num,
+            full_idx,
+            BLOCK_SIZE=_FLEX_TILE,
+            mask_mod=kernel_mask,
+            seq_lengths=(n, n),
+        )
 
     def _gather_plan(self, n: int, is_causal: bool, device: torch.device):
         """Per key chunk: (cols (nb, kmax) key-block ids, valid (nb, kmax)) of the active blocks."""
@@ -414,6 +469,7 @@ class _LRU(OrderedDict):
 
 
 _FLEX_BROKEN: set[tuple[str, torch.dtype, int]] = set()
+_FLEX_TILE = 128  # FlexAttention's block-mask granularity
 _COMPILED = None
 
 

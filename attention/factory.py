@@ -104,8 +104,9 @@ def _distributed_world() -> int:
 
 
 def estimate_improved_bytes(seq_len: int, embed_dim: int, batch: int, element_size: int) -> int:
-    """Rough working set of ``improved`` beyond its inputs: the gathered q/k/v/out of one branch,
-    the float32 accumulator and LSE, and the projections of a multihead module."""
+    """Rough working set of ``improved`` beyond its inputs: the pieces' outputs (one per branch and
+    kept row: at most ~3 rows per token with the usual rates), the merged LSE, and the projections
+    of a multihead module (an upper bound for the usual configurations, not an exact count)."""
     tokens = batch * seq_len * embed_dim
     return tokens * (4 * element_size + 4 + 3 * element_size) + batch * seq_len * 4 * 2
 

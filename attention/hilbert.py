@@ -7,7 +7,7 @@ is decided per pair from *global* positions (:mod:`attention._plan`), never from
 the visiting order, so the function is exactly ``dilated``'s with or without ``is_causal``
 (the Hilbert-permuted causal mask of earlier implementations cannot happen: nothing is permuted).
 
-Cost of the order: several query chunks are open at once, so their float32 accumulators are
+Cost of the order: several query chunks are open at once, so their piece outputs are
 alive together (O(n), like ``improved``), unlike the plain ring's one at a time.  Across ranks
 (``torch.distributed``) every rank holds one query chunk and the visiting order is the ring's
 communication order, so the distributed path is the same as :class:`RingDilatedAttention`'s.

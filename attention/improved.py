@@ -1,20 +1,23 @@
 """``ImprovedDilatedAttention``: the same function as ``dilated``, built to be fast.
 
-Per branch, all heads at once (in ``longnet`` mode every head keeps exactly ``w/r`` positions of
-a full segment, each at its own offset), one ``index_select`` gathers q, k and v into contiguous
-``(batch*segments, heads, w/r, head_dim)`` tensors, a fused kernel with log-sum-exp
-(cuDNN / FlashAttention-2 / memory-efficient on CUDA, the CPU flash kernel on CPU, exact math
-elsewhere; see :mod:`attention._kernels`) attends inside every segment, and the result is merged
-into a float32 accumulator by log-sum-exp.  A segment cut by the end of the sequence is one
-extra small call per offset group, with exactly its kept positions (no padding, no mask).
+In the ``(batch, seq, heads, head_dim)`` layout the positions a head keeps inside one segment are
+equally spaced rows, so every branch is computed on **strided views** of q, k and v that the
+fused kernels read in place (:mod:`attention._plan`): per branch, all segments and all heads of an
+offset group in one call (cuDNN / FlashAttention-2 / memory-efficient on CUDA, the CPU flash
+kernel on CPU, exact math elsewhere; see :mod:`attention._kernels`), no gather and no copy.  The
+pieces' outputs are merged by log-sum-exp in one pass (:mod:`attention._merge`: one Triton kernel
+on CUDA, which reads every branch output once and writes the result once).  A segment cut by the
+end of the sequence is one extra small call per run of offset groups, with exactly its kept
+positions (no padding, no mask).
 
 The call sequence depends only on shapes, never on data: no ``.item()``, no host
-synchronisation, nothing data-dependent in Python, so the forward and backward can be captured
-in a CUDA graph (index tensors are built on the first call for a shape and cached).
+synchronisation, no tensor built from host data, so the forward and backward can be captured in
+a CUDA graph (the plan is pure Python integers, built on the first call for a shape and cached).
 
-Backward is a custom autograd function that replays each branch's kernel backward with the merged
-output and LSE, so gradients are exact including through the branch mixture weights (torchscale
-computes those weights under ``no_grad``; that is wrong for this function).
+Backward is a custom autograd function that replays each piece's kernel backward on views of the
+merged output and LSE, so gradients are exact including through the branch mixture weights
+(torchscale computes those weights under ``no_grad``; that is wrong for this function); the
+pieces' dq, dk, dv are summed into the sequence layout by the same kind of kernel.
 """
 
 from __future__ import annotations
@@ -60,8 +63,8 @@ class SegmentEngineAttention(DilatedAttentionBase):
         self._plans = PlanCache()
 
     # subclasses define how the sequence is cut and in which order chunk pairs are visited
-    def _chunk_lengths(self, seq_len: int) -> tuple[int, ...]:
-        return (seq_len,)
+    def _chunk_lengths(self, q: torch.Tensor) -> tuple[int, ...]:
+        return (q.shape[1],)
 
     def _pairs(self, chunks: int) -> tuple[tuple[int, int], ...]:
         return ((0, 0),)
@@ -93,7 +96,6 @@ class SegmentEngineAttention(DilatedAttentionBase):
                 is_causal=bool(is_causal),
                 scale=scale,
                 kernels=KernelSet(q.device, q.dtype, d, self.backend),
-                device=q.device,
             )
 
         return self._plans.get(key, build)
@@ -101,8 +103,8 @@ class SegmentEngineAttention(DilatedAttentionBase):
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = False
     ) -> torch.Tensor:
-        _, n, _, _ = self._check_inputs(q, k, v)
-        plan = self._plan(q, is_causal, self._chunk_lengths(n))
+        self._check_inputs(q, k, v)
+        plan = self._plan(q, is_causal, self._chunk_lengths(q))
         dropout_p = self._dropout_p()
         if dropout_p > 0.0:
             return differentiable_forward(plan, q, k, v, dropout_p)
@@ -113,4 +115,4 @@ class SegmentEngineAttention(DilatedAttentionBase):
 
 
 class ImprovedDilatedAttention(SegmentEngineAttention):
-    """Dilated attention on fused kernels: one chunk, every branch gathered once for all heads."""
+    """Dilated attention on fused kernels: one chunk, every branch read in place as strided views."""

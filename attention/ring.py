@@ -2,12 +2,20 @@
 
 The sequence is cut into ``ring_size`` contiguous chunks.  Query chunk ``a`` meets key/value
 chunks ``a, a−1, a−2, …`` in turn; every chunk pair contributes the dense pieces of the segments
-that span both chunks (:mod:`attention._plan`), merged into chunk ``a``'s accumulator by
-log-sum-exp (online softmax).  Only one query chunk's float32 accumulator and one pair's
-gathered tensors are alive at a time, so the attention intermediates are O(n / ring_size).
+that span both chunks (:mod:`attention._plan`: strided views of q, k and v, nothing gathered);
+after its last pair, chunk ``a``'s piece outputs are merged by log-sum-exp in one pass
+(:mod:`attention._merge`).  Only one query chunk's piece outputs are alive at a time, so the
+attention intermediates are O(n / ring_size).
 Causal masking uses global positions: a key chunk entirely after the query chunk is skipped,
 a chunk before it needs no mask, the diagonal chunk is causal inside each segment; a row with no
 visible key is 0, never NaN.  The result is exactly ``dilated``'s function (same pattern).
+
+**Short sequences in one piece.** Chunking exists to bound memory; when the whole problem's
+intermediates (:func:`single_shot_bytes`) fit in ``single_shot_bytes`` (64 MiB by default, so
+≤ 16K tokens × 12 heads × 64 in bf16 with the production segments), the ring computes it as
+``improved`` does, in one chunk: a few large kernel calls instead of a ring of small ones (the
+ring was 4-25x slower than ``improved`` at 1K-16K tokens on an H100, launch-bound).  Above it,
+the extra memory is O(n / ring_size); ``single_shot_bytes=0`` always chunks.
 
 Distributed: when ``torch.distributed`` is initialised with more than one rank (or with
 ``sequence_parallel=True``), each rank passes its own contiguous shard of q, k and v (sequence
@@ -27,6 +35,27 @@ import torch
 from attention._distributed import DistributedRingFunction, gather_shapes, ring_steps
 from attention._plan import chunk_bounds, ring_pairs, split_lengths
 from attention.improved import SegmentEngineAttention
+from attention.pattern import branch_heads
+
+SINGLE_SHOT_BYTES = 64 * 2**20
+
+
+def single_shot_bytes(
+    batch: int,
+    seq_len: int,
+    num_heads: int,
+    head_dim: int,
+    element_size: int,
+    segment_lengths: Sequence[int],
+    dilation_rates: Sequence[int],
+    mode: str,
+) -> int:
+    """Attention intermediates of one forward in one piece (``improved``'s): every branch's
+    kernel output and LSE (``heads · n / r`` rows each) and the merged LSE."""
+    rows = 0
+    for bh in branch_heads(num_heads, segment_lengths, dilation_rates, mode):
+        rows += len(bh.heads) * -(-seq_len // bh.dilation_rate)
+    return batch * (rows * (head_dim * element_size + 4) + seq_len * num_heads * 4)
 
 
 class RingDilatedAttention(SegmentEngineAttention):
@@ -45,6 +74,7 @@ class RingDilatedAttention(SegmentEngineAttention):
         sequence_parallel: bool | None = None,
         process_group: Any = None,
         backend: str = "auto",
+        single_shot_bytes: int = SINGLE_SHOT_BYTES,
     ) -> None:
         super().__init__(
             segment_lengths=segment_lengths,
@@ -59,13 +89,25 @@ class RingDilatedAttention(SegmentEngineAttention):
             isinstance(ring_size, bool) or not isinstance(ring_size, int) or ring_size <= 0
         ):
             raise ValueError(f"ring_size must be a positive int or None, got {ring_size!r}")
+        if (
+            isinstance(single_shot_bytes, bool)
+            or not isinstance(single_shot_bytes, int)
+            or single_shot_bytes < 0
+        ):
+            raise ValueError(f"single_shot_bytes must be an int >= 0, got {single_shot_bytes!r}")
         self.ring_size = ring_size
+        self.single_shot_bytes = single_shot_bytes
         self.sequence_parallel = sequence_parallel
         self.process_group = process_group
 
     # -- single device --------------------------------------------------------------------------
-    def _chunk_lengths(self, seq_len: int) -> tuple[int, ...]:
-        return split_lengths(seq_len, min(self.ring_size or 1, seq_len))
+    def _chunk_lengths(self, q: torch.Tensor) -> tuple[int, ...]:
+        b, n, h, d = q.shape
+        if single_shot_bytes(
+            b, n, h, d, q.element_size(), self.segment_lengths, self.dilation_rates, self.mode
+        ) <= (self.single_shot_bytes):
+            return (n,)
+        return split_lengths(n, min(self.ring_size or 1, n))
 
     def _pairs(self, chunks: int) -> tuple[tuple[int, int], ...]:
         return tuple(ring_pairs(chunks))
@@ -130,7 +172,6 @@ class RingDilatedAttention(SegmentEngineAttention):
                 is_causal=bool(is_causal),
                 scale=scale,
                 kernels=KernelSet(q.device, q.dtype, d, self.backend),
-                device=q.device,
             )
 
         return self._plans.get(key, build)

@@ -154,3 +154,40 @@ def test_sum_of_separately_normalised_blocks_would_be_caught() -> None:
 def test_bad_block_sparse_configuration(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         BlockSparseRingDilatedAttention(**CFG, **kwargs)
+
+
+@pytest.mark.parametrize("block_size", [128, 256])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flex_block_mask_from_active_pairs(block_size: int, causal: bool) -> None:
+    """Block sizes that are multiples of flex's 128 tile: the mask is built from the active pairs
+    (no mask_mod compile); every active tile is *full* (no mask evaluated) except causal diagonal
+    tiles; the tiles it visits are exactly the pattern's, and the result matches the reference."""
+    n = 3 * block_size + 77  # a short last block
+    module = BlockSparseRingDilatedAttention(
+        **CFG, sparsity=0.6, block_size=block_size, pattern="local_window", backend="flex"
+    )
+    mask = module._block_mask(n, causal, torch.device("cpu"))
+    tiles = -(-n // 128)
+
+    def visited(num: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(tiles, tiles, dtype=torch.bool)
+        for row in range(tiles):
+            out[row, idx[0, 0, row, : int(num[0, 0, row])].long()] = True
+        return out
+
+    full = visited(mask.full_kv_num_blocks, mask.full_kv_indices)
+    partial = visited(mask.kv_num_blocks, mask.kv_indices)
+    per = block_size // 128
+    want = module.active_blocks(n, causal).repeat_interleave(per, 0).repeat_interleave(per, 1)[:tiles, :tiles]
+    if causal:
+        want = want & torch.ones(tiles, tiles, dtype=torch.bool).tril()
+    assert not (full & partial).any()
+    assert torch.equal(full | partial, want)
+    assert torch.equal(partial, want & torch.eye(tiles, dtype=torch.bool)) if causal else not partial.any()
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, n, 2, 16, generator=g) for _ in range(3))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "flex_attention called without torch.compile()"
+        out = module(q, k, v, is_causal=causal)
+    ref = reference_attention(q, k, v, module.attention_pattern(n, causal, num_heads=2))
+    assert relative_error(out, ref) <= 1e-5

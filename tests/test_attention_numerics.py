@@ -176,14 +176,15 @@ def test_cuda_head_dims_bf16(name: str, head_dim: int) -> None:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("backend", ["cudnn", "flash", "efficient", "math"])
+@pytest.mark.parametrize("backend", ["cudnn", "flash", "efficient", "math", "flex", "flash_attn", "xformers"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_cuda_each_kernel_backend(backend: str, dtype: torch.dtype) -> None:
-    """Every fused kernel the engine may pick, forced one at a time (skipped where it cannot run)."""
-    from attention._kernels import candidates
+    """Every attention kernel, forced one at a time (skipped, with why, where it cannot run)."""
+    from attention._kernels import unavailable_reason
 
-    if backend not in candidates(torch.device("cuda"), dtype, 64):
-        pytest.skip(f"{backend} cannot run {dtype} here")
+    reason = unavailable_reason(backend, torch.device("cuda"), dtype, 64)
+    if reason is not None:
+        pytest.skip(f"{backend} cannot run {dtype} here: {reason}")
     tol = CPU_TOL * 100 if dtype == torch.float32 else CUDA_TOL
     for name in ("improved", "ring"):
         check_against_reference(
@@ -207,17 +208,15 @@ def _largest_pair_rows(ring_size: int, seq_len: int = 4096) -> int:
     from attention.ring import RingDilatedAttention
 
     module = RingDilatedAttention(
-        segment_lengths=[64, 128, 256], dilation_rates=[1, 2, 4], ring_size=ring_size
+        segment_lengths=[64, 128, 256], dilation_rates=[1, 2, 4], ring_size=ring_size, single_shot_bytes=0
     )
     q = torch.empty(1, seq_len, 4, 8)
-    plan = module._plan(q, False, module._chunk_lengths(seq_len))
-    return max(
-        sum(p.q_index.numel() + 2 * p.k_index.numel() for p in plan.pieces(a, c)) for a, c in plan.pairs
-    )
+    plan = module._plan(q, False, module._chunk_lengths(q))
+    return max(sum(p.instances * (p.lq + 2 * p.lk) for p in plan.pieces(a, c)) for a, c in plan.pairs)
 
 
 def test_ring_intermediates_shrink_with_ring_size() -> None:
-    """Per chunk pair the gathered q/k/v rows are O(n / ring_size) (the accumulator is one chunk)."""
+    """Per chunk pair the q/k/v rows read are O(n / ring_size) (and so are the piece outputs)."""
     one, eight = _largest_pair_rows(1), _largest_pair_rows(8)
     assert eight * 6 <= one  # 1/8 of the rows, plus the segments crossing chunk boundaries
 

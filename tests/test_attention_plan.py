@@ -1,109 +1,246 @@
-"""The segment engine's plan and merge: fused pieces and the log-sum-exp update.
+"""The segment engine's plan, its folding onto kernel calls, and the log-sum-exp merge.
 
-The ring is launch-bound on a GPU at short lengths, so its plan fuses the pieces of one branch
-that share a shape, and the merge is a handful of kernels.  These tests pin what that must not
-change: every (query row, key row) pair is attended exactly as before, the merge equals one
-softmax over both parts, and empty parts never produce NaN.
+The plan turns the dilated pattern into strided views of q, k and v (no gathers); these tests pin
+that every (query, key) pair of the pattern is attended exactly as often as the pattern counts it,
+that folding a piece onto ``(B, H, L, d)`` kernel calls covers its rows exactly once for any batch
+stride, that every part of a real plan has the nested strides the Triton merge needs, and that the
+merge equals one softmax over all parts, with rows no part covers left 0 (never NaN).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from attention import RingDilatedAttention
-from attention._lse import merge_into, merge_stacked
-from attention._plan import Piece, build_pieces, chunk_bounds, coalesce, split_lengths
+from attention._lse import merge_stacked
+from attention._merge import Part, merge_torch, nested, sum_torch
+from attention._plan import build_pieces, chunk_bounds, fold, split_lengths
+from attention.pattern import dilated_pattern
 from tests.test_attention_numerics import check_against_reference
 
+SEGS, RATES = (16, 32, 64), (1, 2, 4)
 
-def _pieces(seq_len: int, heads: int, ring_size: int, causal: bool, mode: str = "longnet"):
-    """(a, c, fused pieces, unfused pieces) for every chunk pair."""
+
+def _counts_from_pieces(seq_len: int, heads: int, ring_size: int, causal: bool, mode: str) -> torch.Tensor:
+    """(H, n, n) count of how often each (head, query, key) is attended by the plan's pieces."""
     bounds = chunk_bounds(split_lengths(seq_len, ring_size))
+    counts = torch.zeros(heads, seq_len, seq_len, dtype=torch.int32)
     for a in range(ring_size):
         for c in range(ring_size):
-            args = dict(
+            for p in build_pieces(
                 seq_len=seq_len,
                 num_heads=heads,
-                segment_lengths=(16, 32, 64),
-                dilation_rates=(1, 2, 4),
+                segment_lengths=SEGS,
+                dilation_rates=RATES,
                 mode=mode,
                 bounds=bounds,
                 q_chunk=a,
                 k_chunk=c,
                 is_causal=causal,
-                device=torch.device("cpu"),
-            )
-            yield a, c, build_pieces(**args), build_pieces(**args, fuse=False)
-
-
-def _attended(pieces: list[Piece]) -> set[tuple[int, int, int]]:
-    """(branch, query row, key row) triples a list of pieces attends (causal pieces: lower triangle)."""
-    out = set()
-    for p in pieces:
-        q = p.q_index.reshape(-1, p.q_index.shape[2])
-        k = p.k_index.reshape(-1, p.k_index.shape[2])
-        for qi, ki in zip(q.tolist(), k.tolist(), strict=True):
-            for i, row in enumerate(qi):
-                for j, col in enumerate(ki):
-                    if not p.causal or j <= i:
-                        out.add((p.branch, row, col))
-    return out
+            ):
+                for q_rows, k_rows in zip(p.rows("q"), p.rows("k"), strict=True):
+                    for i, qr in enumerate(q_rows):
+                        for j, kr in enumerate(k_rows):
+                            if p.causal and j > i:
+                                continue
+                            qpos, qh = divmod(qr + bounds[a][0] * heads, heads)
+                            kpos, kh = divmod(kr + bounds[c][0] * heads, heads)
+                            assert qh == kh, "a piece attends within one head"
+                            counts[qh, qpos, kpos] += 1
+    return counts
 
 
 @pytest.mark.parametrize("mode", ["longnet", "head_groups"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_fused_pieces_attend_the_same_pairs(causal: bool, mode: str) -> None:
-    """Chunks (13 tokens) much shorter than the segments: many small pieces per pair, fused."""
-    fused_total = split_total = 0
-    for _, _, fused, split in _pieces(seq_len=101, heads=7, ring_size=8, causal=causal, mode=mode):
-        assert _attended(fused) == _attended(split)
-        for p in fused:  # rows of one piece are distinct: the merge's index_copy_ loses nothing
-            rows = p.q_index.reshape(-1).tolist()
-            assert len(rows) == len(set(rows))
-        boundary = [p for p in fused if p.batch_groups == 1]  # interior pieces are never fused
-        keys = {(p.branch, p.q_index.shape[2], p.k_index.shape[2], p.causal) for p in boundary}
-        assert len(keys) == len(boundary), "one boundary piece per branch and shape"
-        assert _attended(coalesce(split)) == _attended(fused)
-        fused_total += len(fused)
-        split_total += len(split)
-    assert fused_total < split_total
+@pytest.mark.parametrize("ring_size", [1, 3, 8])
+def test_pieces_attend_exactly_the_pattern(ring_size: int, causal: bool, mode: str) -> None:
+    """Chunks of ~13 tokens against segments up to 64 (ring_size 8), and one chunk (improved)."""
+    seq_len, heads = 101, 7
+    got = _counts_from_pieces(seq_len, heads, ring_size, causal, mode)
+    want = dilated_pattern(seq_len, heads, SEGS, RATES, mode, causal)
+    assert torch.equal(got, want)
+
+
+def _all_parts(seq_len: int, heads: int, ring_size: int, batch: int, mode: str = "longnet"):
+    bounds = chunk_bounds(split_lengths(seq_len, ring_size))
+    for a in range(ring_size):
+        for c in range(ring_size):
+            for p in build_pieces(
+                seq_len=seq_len,
+                num_heads=heads,
+                segment_lengths=SEGS,
+                dilation_rates=RATES,
+                mode=mode,
+                bounds=bounds,
+                q_chunk=a,
+                k_chunk=c,
+                is_causal=False,
+            ):
+                qb = (bounds[a][1] - bounds[a][0]) * heads
+                kb = (bounds[c][1] - bounds[c][0]) * heads
+                yield p, qb, kb, fold(p, batch, qb, kb)
+
+
+@pytest.mark.parametrize("mode", ["longnet", "head_groups"])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize(
+    ("seq_len", "heads", "ring_size"), [(256, 12, 1), (256, 12, 4), (203, 7, 3), (203, 7, 8)]
+)
+def test_fold_covers_each_row_once_and_parts_are_nested(
+    seq_len: int, heads: int, ring_size: int, batch: int, mode: str
+) -> None:
+    """Interior pieces, and chunks shorter than the segments (rectangles, cut segments)."""
+    for piece, qb, _, calls in _all_parts(seq_len, heads, ring_size, batch, mode):
+        want = sorted(bi * qb + r for bi in range(batch) for rows in piece.rows("q") for r in rows)
+        got = []
+        for call in calls:
+            for i in range(call.sizes[0]):
+                for j in range(call.sizes[1]):
+                    start = call.q_offset + i * call.q_strides[0] + j * call.q_strides[1]
+                    got += [start + t * piece.t_stride for t in range(piece.lq)]
+            part = Part(
+                torch.empty(0),
+                None,
+                call.q_offset,
+                (*call.sizes, piece.lq),
+                (*call.q_strides, piece.t_stride),
+            )
+            assert nested(part), (piece, call)
+        assert sorted(got) == want
+
+
+def test_one_chunk_plan_is_a_few_calls() -> None:
+    """The benchmark shape (12 heads, segments n/4, n/2, n, rates 1, 2, 4): one call per branch and
+    offset group at most, no matter the number of segments; 4 calls at 4K tokens."""
+    calls = [c for *_, cs in _all_parts(seq_len=4096, heads=12, ring_size=1, batch=1) for c in cs]
+    assert len(calls) <= 1 + 2 + 4
+    n, segs = 4096, (1024, 2048, 4096)
+    pieces = build_pieces(
+        seq_len=n,
+        num_heads=12,
+        segment_lengths=segs,
+        dilation_rates=RATES,
+        mode="longnet",
+        bounds=((0, n),),
+        q_chunk=0,
+        k_chunk=0,
+        is_causal=False,
+    )
+    assert sum(len(fold(p, 1, n * 12, n * 12)) for p in pieces) == 4
+
+
+def test_merge_torch_is_one_softmax_and_empty_rows_are_zero() -> None:
+    """Two overlapping parts and one row covered by none, against merge_stacked."""
+    gen = torch.Generator().manual_seed(0)
+    b, n, h, d = 1, 6, 1, 4  # rows 0..5; part A covers rows 0..3, part B rows 2..4; row 5 none
+    a_vals, b_vals = torch.randn(1, 1, 4, d, generator=gen), torch.randn(1, 1, 3, d, generator=gen)
+    a_lse, b_lse = 3 * torch.randn(1, 1, 4, generator=gen), 3 * torch.randn(1, 1, 3, generator=gen)
+    parts = [Part(a_vals, a_lse, 0, (1, 1, 4), (0, 0, 1)), Part(b_vals, b_lse, 2, (1, 1, 3), (0, 0, 1))]
+    out, lse = torch.empty(b, n, h, d), torch.empty(b, n, h)
+    merge_torch(parts, out, lse)
+    outs = torch.zeros(2, n, d)
+    lses = torch.full((2, n), -math.inf)
+    outs[0, 0:4], lses[0, 0:4] = a_vals[0, 0], a_lse[0, 0]
+    outs[1, 2:5], lses[1, 2:5] = b_vals[0, 0], b_lse[0, 0]
+    want, want_lse = merge_stacked(outs, lses)
+    torch.testing.assert_close(out.view(n, d), want)
+    torch.testing.assert_close(lse.view(n), want_lse)
+    assert out[0, 5].abs().sum() == 0 and lse[0, 5, 0] == -math.inf
+    grads = torch.empty(b, n, h, d)
+    sum_torch(
+        [Part(a_vals, None, 0, (1, 1, 4), (0, 0, 1)), Part(b_vals, None, 2, (1, 1, 3), (0, 0, 1))], grads
+    )
+    torch.testing.assert_close(grads.view(n, d), outs.sum(0))
 
 
 def test_ring_with_chunks_shorter_than_segments_matches_reference() -> None:
     """longnet mode (every head in every branch), 8 chunks of ~12 tokens against segments up to 32."""
     for causal in (False, True):
-        check_against_reference("ring", mode="longnet", causal=causal, overrides={"ring_size": 8})
+        check_against_reference(
+            "ring", mode="longnet", causal=causal, overrides={"ring_size": 8, "single_shot_bytes": 0}
+        )
 
 
-def test_merge_into_equals_one_softmax_over_both_parts() -> None:
-    gen = torch.Generator().manual_seed(0)
-    acc_out, out = torch.randn(2, 50, 8, generator=gen), torch.randn(2, 50, 8, generator=gen)
-    acc_lse, lse = 5 * torch.randn(2, 50, generator=gen), 5 * torch.randn(2, 50, generator=gen)
-    merged, merged_lse = merge_into(acc_out, acc_lse, out, lse)
-    want, want_lse = merge_stacked(torch.stack([acc_out, out]), torch.stack([acc_lse, lse]))
-    torch.testing.assert_close(merged, want)
-    torch.testing.assert_close(merged_lse, want_lse)
+def test_ring_runs_short_problems_in_one_piece() -> None:
+    """Chunking bounds memory; below ``single_shot_bytes`` the ring is one chunk (few, large calls)."""
+    ring = RingDilatedAttention(segment_lengths=[2048, 4096, 8192], dilation_rates=[1, 2, 4], ring_size=8)
+    short = torch.empty(1, 16384, 12, 64, dtype=torch.bfloat16, device="meta")
+    long = torch.empty(1, 131072, 12, 64, dtype=torch.bfloat16, device="meta")
+    assert ring._chunk_lengths(short) == (16384,)
+    assert ring._chunk_lengths(long) == (16384,) * 8
+    forced = RingDilatedAttention(
+        segment_lengths=[2048, 4096, 8192], dilation_rates=[1, 2, 4], ring_size=8, single_shot_bytes=0
+    )
+    assert len(forced._chunk_lengths(short)) == 8
+    with pytest.raises(ValueError, match="single_shot_bytes"):
+        RingDilatedAttention(segment_lengths=[4], dilation_rates=[1], single_shot_bytes=-1)
 
 
-def test_merge_into_with_empty_parts_is_never_nan() -> None:
-    inf = math.inf
-    acc_lse = torch.tensor([[-inf, 1.0, -inf, 80.0]])
-    lse = torch.tensor([[-inf, -inf, 2.0, -80.0]])
-    acc_out = torch.tensor([[[0.0], [1.0], [0.0], [4.0]]])
-    out = torch.tensor([[[0.0], [0.0], [2.0], [9.0]]])
-    merged, merged_lse = merge_into(acc_out, acc_lse, out, lse)
-    assert merged.flatten().tolist() == [0.0, 1.0, 2.0, 4.0]
-    assert merged_lse[0, 0].item() == -inf and merged_lse[0, 1:].tolist() == pytest.approx([1.0, 2.0, 80.0])
+_TRITON_CHECK = r"""
+import torch
+from attention import ImprovedDilatedAttention, RingDilatedAttention
+from attention._merge import merge_torch, sum_torch
+import attention._merge_triton as mt
+assert mt.AVAILABLE
+import attention._merge as merge_mod
+
+TRITON = merge_mod.triton_merge_enabled
 
 
-def test_ring_plan_of_a_short_sequence_is_small() -> None:
-    """The benchmark shape at 1K tokens (ring_size 8): one piece per branch and shape per pair."""
-    ring = RingDilatedAttention(segment_lengths=[256, 512, 1024], dilation_rates=[1, 2, 4], ring_size=8)
-    q = torch.zeros(1, 1024, 12, 8)
-    plan = ring._plan(q, False, ring._chunk_lengths(1024))
-    pieces = [p for a, c in plan.pairs for p in plan.pieces(a, c)]
-    assert len(plan.pairs) == 64
-    assert len(pieces) <= 3 * len(plan.pairs)  # 3 branches; 336 pieces before boundary pieces were fused
+def run(module, q, k, v):
+    out = module(q, k, v, is_causal=True)
+    return (out, *torch.autograd.grad((out * out).sum(), (q, k, v)))
+
+for module in (
+    ImprovedDilatedAttention(segment_lengths=[16, 32, 64], dilation_rates=[1, 2, 4]),
+    RingDilatedAttention(
+        segment_lengths=[16, 32, 64], dilation_rates=[1, 2, 4], ring_size=3, single_shot_bytes=0
+    ),
+):
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 91, 5, 8, generator=gen, requires_grad=True) for _ in range(3))
+    assert TRITON(q, [])  # ATTENTION_MERGE=triton: the kernels run in the interpreter
+    with_triton = run(module, q, k, v)
+    merge_mod.triton_merge_enabled = lambda t, parts=(): False
+    plain = run(module, q, k, v)
+    merge_mod.triton_merge_enabled = TRITON
+    for a, b in zip(with_triton, plain):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+# more parts than one launch has slots: chained through the float32 accumulator
+parts = []
+gen = torch.Generator().manual_seed(2)
+for i in range(19):
+    vals = torch.randn(1, 1, 10, 8, generator=gen)
+    parts.append(merge_mod.Part(vals, 4 * torch.randn(1, 1, 10, generator=gen), i, (1, 1, 10), (0, 0, 3)))
+out_t, lse_t = torch.empty(1, 60, 1, 8), torch.empty(1, 60, 1)
+out_p, lse_p = torch.empty(1, 60, 1, 8), torch.empty(1, 60, 1)
+mt.merge(parts, out_t, lse_t)
+merge_torch(parts, out_p, lse_p)
+torch.testing.assert_close(out_t, out_p, rtol=1e-5, atol=1e-6)
+torch.testing.assert_close(lse_t, lse_p, rtol=1e-5, atol=1e-6)
+g_t, g_p = torch.empty(1, 60, 1, 8, dtype=torch.bfloat16), torch.empty(1, 60, 1, 8, dtype=torch.bfloat16)
+grad_parts = [merge_mod.Part(p.values, None, p.offset, p.sizes, p.strides) for p in parts]
+mt.sum_rows(grad_parts, g_t, accumulate=False)
+sum_torch(grad_parts, g_p)
+torch.testing.assert_close(g_t, g_p)
+print("triton merge ok")
+"""
+
+
+def test_triton_merge_matches_the_torch_merge_in_the_interpreter() -> None:
+    """The Triton kernels (run by Triton's CPU interpreter) against the plain-torch path."""
+    pytest.importorskip("triton", reason="Triton is not installed: the CUDA merge kernel is not tested here")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "ATTENTION_MERGE": "triton"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run(
+        [sys.executable, "-c", _TRITON_CHECK], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "triton merge ok" in done.stdout

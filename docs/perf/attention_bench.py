@@ -1,22 +1,31 @@
-"""Reproduce every number of issue 8 ("fast attention on Hopper") in one run.
+"""Every number of issue 18 ("Fast attention, part 2", "Done when") in one run.
 
-Work: bf16, batch 1, 12 heads, head_dim 64, segments [2048, 4096, 8192], rates [1, 2, 4],
-``mode="longnet"`` (the configuration of gpu_timing.md §11).  Attended-pair TFLOP/s as in
-gpu_timing.md §3: forward = 4 · batch · pairs · head_dim with ``pairs`` the (head, query, key)
-pairs the pattern computes (``attention.pattern.dilated_attended_pairs``, multiplicity counted);
-forward + backward = 3.5 × forward.
+Sections (bf16, batch 1, 12 heads, head_dim 64, ``mode="longnet"``, rates [1, 2, 4]):
 
-The yardstick is SDPA on *pre-gathered contiguous* tensors of the same attended work: per
-branch, q/k/v already laid out as ``(segments, heads, w/r, d)`` (the gather is not timed), the
-three SDPA calls timed back to back.  ``improved`` has to reach ≥ 90 % of its TFLOP/s.
+1. ``improved`` forward (CUDA-graph replay) and forward+backward against SDPA on *pre-gathered*
+   contiguous segments (per branch ``(segments, heads, w/r, d)``, the gather not timed; SDPA picks
+   its kernel) at 8K, 32K, 128K, 512K, segments [2048, 4096, 8192] (issue 8's configuration).
+2. ``ring`` (ring_size 8) against ``improved`` at 1K, 4K, 16K, forward, graph replay, with the
+   production profile's segments (``[n/4, n/2, n]`` below 8K, [2048, 4096, 8192] from 8K).
+3. ``ring`` at 128K: attention intermediates (peak allocation beyond inputs and output, forward
+   under ``no_grad``) of ring_size 8 against ring_size 1, and its time against ``improved``.
+4. ``block_sparse_ring`` at 90 % sparsity, 32K, block 128, local window, against dense SDPA
+   (FlashAttention-2) on the same shape: the first call's wall time (compile cost in a fresh
+   process) and the speed-up of a few FlexAttention ``kernel_options`` (the default first).
+5. Backends: ``improved`` forward on every attention kernel ``attention.backends`` finds here,
+   per sequence length (graph replay; eager where capture fails), and the kernels not available
+   with why.
+6. ``torch.profiler`` kernel tables of ``improved`` forward and backward at 32K and 128K: the
+   top kernels by device time, their counts, and the total kernel count.
 
 Timing: median of CUDA-event samples, L2 flushed (256 MiB zeroed) before each sample outside the
-timed region, ≥ 1 s warm-up; ``eager`` times the Python call, ``graph`` a CUDA-graph replay of it
-(launch overhead removed).  Peak memory: ``max_memory_allocated`` minus what was allocated before
-the call, minus the output, measured in its own pass.
+timed region, >= 0.3 s warm-up.  Every section catches its own failure and the run goes on.
 
-Run on the GPU machine: ``python3 docs/perf/attention_bench.py`` (``--quick`` for a smoke run).
-Prints a table and writes ``attention_bench.json`` into ``$OUT`` (or the current directory).
+    python3 docs/perf/attention_bench.py            # the GPU run, about 3 minutes on an H100
+    python3 docs/perf/attention_bench.py --smoke    # tiny sizes, CPU allowed: checks the script
+
+Writes ``attention_bench.json`` and ``attention_bench.md`` into ``$OUT`` (or the current
+directory) and prints the Markdown tables last.
 """
 
 from __future__ import annotations
@@ -24,10 +33,13 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import statistics
 import sys
 import time
+import traceback
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,295 +50,586 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from attention import (
     BlockSparseRingDilatedAttention,
-    DilatedAttention,
     ImprovedDilatedAttention,
     RingDilatedAttention,
+    backends,
 )
 from attention.pattern import dilated_attended_pairs
 
-SEGS, RATES, HEADS, DIM = [2048, 4096, 8192], [1, 2, 4], 12, 64
-DTYPE = torch.bfloat16
-_FLUSH: torch.Tensor | None = None
+HEADS, DIM = 12, 64
+ISSUE_SEGS, RATES = [2048, 4096, 8192], [1, 2, 4]
 
 
-def _flush() -> None:
-    global _FLUSH
-    if _FLUSH is None:
-        _FLUSH = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device="cuda")
-    _FLUSH.zero_()
+class Bench:
+    """Device, dtype, timing and the rows of one run."""
 
+    def __init__(self, smoke: bool) -> None:
+        self.smoke = smoke
+        self.cuda = torch.cuda.is_available() and not (smoke and os.environ.get("BENCH_CPU"))
+        self.device = torch.device("cuda" if self.cuda else "cpu")
+        self.dtype = torch.bfloat16 if self.cuda else torch.float32
+        self.samples = 5 if smoke else 25
+        self.warmup_s = 0.05 if smoke else 0.3
+        self.rows: list[dict] = []
+        self.failures: list[str] = []
+        self._flush_buf: torch.Tensor | None = None
 
-def time_ms(fn: Callable[[], object], *, graph: bool, samples: int = 30, warmup_s: float = 1.0) -> float:
-    """Median milliseconds of ``fn`` (eager) or of a CUDA-graph replay of it; NaN (with the error
-    printed) when the call or its graph capture fails, so one failure does not end the run."""
-    try:
-        return _time_ms(fn, graph=graph, samples=samples, warmup_s=warmup_s)
-    except Exception as exc:  # a benchmark run reports every failure and goes on
-        print(f"  timing failed ({'graph' if graph else 'eager'}): {exc!r}"[:400], flush=True)
-        torch.cuda.synchronize()
-        return float("nan")
+    # -- timing ---------------------------------------------------------------------------------
+    def _flush(self) -> None:
+        if not self.cuda:
+            return
+        if self._flush_buf is None:
+            self._flush_buf = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device="cuda")
+        self._flush_buf.zero_()
 
+    def _sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
 
-def _time_ms(fn: Callable[[], object], *, graph: bool, samples: int, warmup_s: float) -> float:
-    call = fn
-    if graph:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
+    def time_ms(self, fn: Callable[[], object], *, graph: bool) -> tuple[float, str]:
+        """(median ms, method): a CUDA-graph replay when asked and capture works, else eager."""
+        call, method = fn, "eager"
+        if graph and self.cuda:
+            try:
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    for _ in range(3):
+                        fn()
+                torch.cuda.current_stream().wait_stream(stream)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    fn()
+                call, method = g.replay, "graph"
+            except Exception as exc:  # report and time eagerly
+                self.failures.append(f"graph capture failed, timed eagerly: {exc!r}"[:300])
+                torch.cuda.synchronize()
+        start, n = time.perf_counter(), 0
+        while time.perf_counter() - start < self.warmup_s or n < 3:
+            call()
+            n += 1
+        self._sync()
+        out = []
+        for _ in range(self.samples):
+            self._flush()
+            if self.cuda:
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                call()
+                e.record()
+                torch.cuda.synchronize()
+                out.append(s.elapsed_time(e))
+            else:
+                t0 = time.perf_counter()
+                call()
+                out.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(out), method
+
+    def peak_extra_bytes(self, fn: Callable[[], torch.Tensor]) -> int | None:
+        """Peak allocation of one call beyond what existed before it and beyond its output."""
+        if not self.cuda:
             fn()
-        call = g.replay
-    start = time.perf_counter()
-    n = 0
-    while time.perf_counter() - start < warmup_s or n < 10:
-        call()
-        n += 1
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(samples):
-        _flush()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        call()
-        e.record()
+            return None
+        fn()
         torch.cuda.synchronize()
-        out.append(s.elapsed_time(e))
-    return statistics.median(out)
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        out = fn()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - before
+        return int(peak - out.numel() * out.element_size())
+
+    # -- data -----------------------------------------------------------------------------------
+    def qkv(self, n: int, *, grad: bool = False) -> list[torch.Tensor]:
+        g = torch.Generator(device=self.device).manual_seed(n)
+        return [
+            torch.randn(1, n, HEADS, DIM, device=self.device, dtype=self.dtype, generator=g).requires_grad_(
+                grad
+            )
+            for _ in range(3)
+        ]
+
+    def record(self, **row: object) -> None:
+        self.rows.append(row)
+        print(json.dumps(row, default=str), flush=True)
+
+    def section(self, name: str, fn: Callable[[], None]) -> None:
+        t0 = time.perf_counter()
+        try:
+            fn()
+        except Exception as exc:  # the other sections still produce numbers
+            self.failures.append(f"section {name} failed: {exc!r}"[:600])
+            traceback.print_exc()
+        print(f"-- section {name}: {time.perf_counter() - t0:.1f} s", flush=True)
+        gc.collect()
+        if self.cuda:
+            torch.cuda.empty_cache()
 
 
-def peak_extra_bytes(fn: Callable[[], torch.Tensor]) -> int:
-    """Peak allocation of one call beyond what existed before it and beyond its output."""
-    fn()
-    torch.cuda.synchronize()
-    gc.collect()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    out = fn()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - before
-    out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0
-    return int(peak - out_bytes)
+def production_dilation(n: int) -> dict[str, list[int]]:
+    """perfguard's production profile (perfguard.profiles.dilation_for), copied to stay standalone."""
+    if n >= 8192:
+        segments = list(ISSUE_SEGS)
+    else:
+        top = max(16, 1 << (max(n, 1) - 1).bit_length())
+        segments = [top // 4, top // 2, top]
+    return {"segment_lengths": segments, "dilation_rates": list(RATES)}
 
 
-def qkv(n: int, *, grad: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    g = torch.Generator(device="cuda").manual_seed(n)
-    return tuple(
-        torch.randn(1, n, HEADS, DIM, device="cuda", dtype=DTYPE, generator=g).requires_grad_(grad)
-        for _ in range(3)
-    )
+def scaled(segs: list[int], n: int, smoke: bool) -> list[int]:
+    return [max(4, s // 64) for s in segs] if smoke else segs
 
 
-def pregathered(n: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Per branch, contiguous (segments, heads, w/r, d) q/k/v with the attended work of longnet mode."""
+def tflops(n: int, segs: list[int], ms: float, *, backward: bool = False) -> float:
+    pairs = dilated_attended_pairs(n, HEADS, segs, RATES, "longnet")
+    return 4 * pairs * DIM * (3.5 if backward else 1.0) / (ms * 1e-3) / 1e12
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. improved vs SDPA on pre-gathered segments
+# ------------------------------------------------------------------------------------------------
+def pregathered(b: Bench, n: int, segs: list[int], grad: bool) -> list[list[torch.Tensor]]:
     out = []
-    for w, r in zip(SEGS, RATES, strict=True):
+    for w, r in zip(segs, RATES, strict=True):
         w = min(w, n)
-        nseg, m = n // w, w // r
-        g = torch.Generator(device="cuda").manual_seed(w)
+        g = torch.Generator(device=b.device).manual_seed(w)
         out.append(
-            tuple(torch.randn(nseg, HEADS, m, DIM, device="cuda", dtype=DTYPE, generator=g) for _ in range(3))
+            [
+                torch.randn(
+                    n // w, HEADS, w // r, DIM, device=b.device, dtype=b.dtype, generator=g
+                ).requires_grad_(grad)
+                for _ in range(3)
+            ]
         )
     return out
 
 
-def tflops(n: int, ms: float, *, backward: bool = False) -> float:
-    pairs = dilated_attended_pairs(n, HEADS, SEGS, RATES, "longnet")
-    flop = 4 * pairs * DIM * (3.5 if backward else 1.0)
-    return flop / (ms * 1e-3) / 1e12
+def kernel_name(module: torch.nn.Module) -> str:
+    """The attention kernel the module's (latest) plan runs on, after any run-time fallback."""
+    plans = list(module._plans._plans.values())
+    return plans[-1].kernels.name if plans else "?"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer samples (smoke run)")
-    args = parser.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    rows: list[dict] = []
-    info = {
-        "device": torch.cuda.get_device_name(0),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "date": time.strftime("%Y-%m-%d"),
-        "command": " ".join(["python3", *sys.argv]),
-    }
-    print(info, flush=True)
+def improved_vs_sdpa(b: Bench, n: int) -> None:
+    segs = scaled(ISSUE_SEGS, n, b.smoke)
+    improved = ImprovedDilatedAttention(segment_lengths=segs, dilation_rates=RATES)
+    q, k, v = b.qkv(n)
+    branches = pregathered(b, n, segs, grad=False)
 
-    def record(**row: object) -> None:
-        rows.append(row)
-        print(row, flush=True)
-
-    improved = ImprovedDilatedAttention(segment_lengths=SEGS, dilation_rates=RATES).cuda().eval()
-    dilated = DilatedAttention(segment_lengths=SEGS, dilation_rates=RATES).cuda().eval()
-
-    # 1. improved vs SDPA on pre-gathered tensors (forward, and forward+backward), and vs dilated.
-    lengths = [8192, 32768] if args.quick else [8192, 32768, 131072, 524288]
-    for n in lengths:
-        run_section(f"forward n={n}", lambda n=n: forward_section(n, improved, dilated, record))
-
-    run_section("ring", lambda: ring_section(args, improved, record))
-    run_section("block-sparse", lambda: block_sparse_section(record))
-    if not args.quick:
-        run_section("1M", lambda: million_section(improved, record))
-    finish(info, rows)
-
-
-def forward_section(
-    n: int, improved: torch.nn.Module, dilated: torch.nn.Module, record: Callable[..., None]
-) -> None:
-    # 1. improved vs SDPA on pre-gathered tensors (forward, and forward+backward), and vs dilated.
-    q, k, v = qkv(n)
-    branches = pregathered(n)
-
-    def sdpa_fwd(branches=branches) -> None:
+    def sdpa_fwd() -> None:
         for bq, bk, bv in branches:
             F.scaled_dot_product_attention(bq, bk, bv)
 
     with torch.no_grad():
-        for method in ("eager", "graph"):
-            graph = method == "graph"
-            t_sdpa = time_ms(sdpa_fwd, graph=graph)
-            t_imp = time_ms(lambda q=q, k=k, v=v: improved(q, k, v), graph=graph)
-            record(
-                bench="forward",
-                n=n,
-                method=method,
-                sdpa_pregathered_ms=t_sdpa,
-                improved_ms=t_imp,
-                sdpa_tflops=tflops(n, t_sdpa),
-                improved_tflops=tflops(n, t_imp),
-                improved_vs_sdpa=t_sdpa / t_imp,
-            )
-            if n <= 32768:
-                t_dil = time_ms(lambda q=q, k=k, v=v: dilated(q, k, v), graph=graph)
-                record(
-                    bench="forward-dilated",
-                    n=n,
-                    method=method,
-                    dilated_ms=t_dil,
-                    dilated_tflops=tflops(n, t_dil),
-                    improved_over_dilated=t_dil / t_imp,
-                )
-    if n <= 131072:
-        qg, kg, vg = qkv(n, grad=True)
-        grad_out = torch.randn_like(qg)
-        bg = [tuple(t.detach().requires_grad_(True) for t in br) for br in branches]
+        t_sdpa, m_sdpa = b.time_ms(sdpa_fwd, graph=True)
+        t_imp, m_imp = b.time_ms(lambda: improved(q, k, v), graph=True)
+    b.record(
+        bench="improved-forward",
+        n=n,
+        method=f"{m_imp}/{m_sdpa}",
+        kernel=kernel_name(improved),
+        sdpa_pregathered_ms=t_sdpa,
+        improved_ms=t_imp,
+        improved_tflops=tflops(n, segs, t_imp),
+        improved_vs_sdpa=t_sdpa / t_imp,
+    )
+    qg, kg, vg = b.qkv(n, grad=True)
+    grad_out = torch.randn_like(qg)
+    bg = pregathered(b, n, segs, grad=True)
+    ones = [torch.ones_like(x[0]) for x in bg]
 
-        def imp_fb(qg=qg, kg=kg, vg=vg, grad_out=grad_out) -> None:
-            improved(qg, kg, vg).backward(grad_out)
+    def sdpa_fb() -> None:
+        for (bq, bk, bv), go in zip(bg, ones, strict=True):
+            F.scaled_dot_product_attention(bq, bk, bv).backward(go)
 
-        def sdpa_fb(bg=bg) -> None:
-            for bq, bk, bv in bg:
-                o = F.scaled_dot_product_attention(bq, bk, bv)
-                o.backward(torch.ones_like(o))
+    def imp_fb() -> None:
+        improved(qg, kg, vg).backward(grad_out)
 
-        t_sdpa = time_ms(sdpa_fb, graph=False, samples=20)
-        t_imp = time_ms(imp_fb, graph=False, samples=20)
-        record(
-            bench="forward+backward",
-            n=n,
-            method="eager",
-            sdpa_pregathered_ms=t_sdpa,
-            improved_ms=t_imp,
-            sdpa_tflops=tflops(n, t_sdpa, backward=True),
-            improved_tflops=tflops(n, t_imp, backward=True),
-            improved_vs_sdpa=t_sdpa / t_imp,
-        )
-        del qg, kg, vg, grad_out, bg
-    del q, k, v, branches
-    torch.cuda.empty_cache()
+    t_sdpa, m_sdpa = b.time_ms(sdpa_fb, graph=True)
+    t_imp, m_imp = b.time_ms(imp_fb, graph=True)
+    b.record(
+        bench="improved-forward+backward",
+        n=n,
+        method=f"{m_imp}/{m_sdpa}",
+        sdpa_pregathered_ms=t_sdpa,
+        improved_ms=t_imp,
+        improved_tflops=tflops(n, segs, t_imp, backward=True),
+        improved_vs_sdpa=t_sdpa / t_imp,
+    )
 
 
-def run_section(name: str, fn: Callable[[], None]) -> None:
-    try:
-        fn()
-    except Exception as exc:  # keep going: the other sections still produce numbers
-        print(f"section {name} failed: {exc!r}"[:600], flush=True)
-    torch.cuda.empty_cache()
-
-
-def ring_section(args: argparse.Namespace, improved: torch.nn.Module, record: Callable[..., None]) -> None:
-    # 2. ring: peak memory beyond inputs and outputs, ring_size 8 against 1, and time against improved.
-    n = 32768 if args.quick else 131072
-    q, k, v = qkv(n)
+# ------------------------------------------------------------------------------------------------
+# 2-3. ring
+# ------------------------------------------------------------------------------------------------
+def ring_short(b: Bench, n: int) -> None:
+    cfg = production_dilation(n)
+    cfg["segment_lengths"] = scaled(cfg["segment_lengths"], n, b.smoke) if b.smoke else cfg["segment_lengths"]
+    improved = ImprovedDilatedAttention(**cfg)
+    ring = RingDilatedAttention(**cfg, ring_size=8)
+    q, k, v = b.qkv(n)
     with torch.no_grad():
-        ring1 = RingDilatedAttention(segment_lengths=SEGS, dilation_rates=RATES, ring_size=1).cuda()
-        ring8 = RingDilatedAttention(segment_lengths=SEGS, dilation_rates=RATES, ring_size=8).cuda()
-        m1 = peak_extra_bytes(lambda: ring1(q, k, v))
-        m8 = peak_extra_bytes(lambda: ring8(q, k, v))
-        mi = peak_extra_bytes(lambda: improved(q, k, v))
-        t8 = time_ms(lambda: ring8(q, k, v), graph=False)
-        ti = time_ms(lambda: improved(q, k, v), graph=False)
-        record(
-            bench="ring-memory",
-            n=n,
-            ring1_extra_bytes=m1,
-            ring8_extra_bytes=m8,
-            improved_extra_bytes=mi,
-            ring8_over_ring1=m8 / max(m1, 1),
-            ring8_ms=t8,
-            improved_ms=ti,
-            ring8_over_improved=t8 / ti,
-        )
+        t_ring, m_ring = b.time_ms(lambda: ring(q, k, v), graph=True)
+        t_imp, m_imp = b.time_ms(lambda: improved(q, k, v), graph=True)
+    b.record(
+        bench="ring-short",
+        n=n,
+        method=f"{m_ring}/{m_imp}",
+        chunks=len(ring._chunk_lengths(q)),
+        ring8_ms=t_ring,
+        improved_ms=t_imp,
+        ring8_over_improved=t_ring / t_imp,
+    )
 
 
-def block_sparse_section(record: Callable[..., None]) -> None:
-    # 3. block-sparse at 90 % sparsity against dense SDPA (flash) on the same shape.
-    n = 32768
-    q, k, v = qkv(n)
+def ring_long(b: Bench, n: int) -> None:
+    segs = scaled(ISSUE_SEGS, n, b.smoke)
+    # the smoke run is tiny: force chunking there so the chunked path is exercised
+    extra = {"single_shot_bytes": 0} if b.smoke else {}
+    ring1 = RingDilatedAttention(segment_lengths=segs, dilation_rates=RATES, ring_size=1)
+    ring8 = RingDilatedAttention(segment_lengths=segs, dilation_rates=RATES, ring_size=8, **extra)
+    improved = ImprovedDilatedAttention(segment_lengths=segs, dilation_rates=RATES)
+    q, k, v = b.qkv(n)
+    with torch.no_grad():
+        m1 = b.peak_extra_bytes(lambda: ring1(q, k, v))
+        m8 = b.peak_extra_bytes(lambda: ring8(q, k, v))
+        t8, m_ring = b.time_ms(lambda: ring8(q, k, v), graph=True)
+        ti, m_imp = b.time_ms(lambda: improved(q, k, v), graph=True)
+    b.record(
+        bench="ring-long",
+        n=n,
+        method=f"{m_ring}/{m_imp}",
+        chunks=len(ring8._chunk_lengths(q)),
+        ring1_extra_bytes=m1,
+        ring8_extra_bytes=m8,
+        ring8_over_ring1_memory=(m8 / m1) if m1 else None,
+        ring8_ms=t8,
+        improved_ms=ti,
+        ring8_over_improved=t8 / ti,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# 4. block-sparse
+# ------------------------------------------------------------------------------------------------
+KERNEL_OPTIONS: list[dict] = [
+    {},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2},
+    {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
+]
+
+
+def block_sparse(b: Bench, n: int) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    q, k, v = b.qkv(n)
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    block = 16 if b.smoke else 128
+    options_list = KERNEL_OPTIONS[:1] if b.smoke else KERNEL_OPTIONS
+    backend = "auto" if b.cuda else "flex"
+
+    def dense() -> None:
+        kinds = [SDPBackend.FLASH_ATTENTION] if b.cuda else [SDPBackend.MATH]
+        with sdpa_kernel(kinds):
+            F.scaled_dot_product_attention(qt, kt, vt)
+
     with torch.no_grad():
-        bs = BlockSparseRingDilatedAttention(
-            segment_lengths=SEGS, dilation_rates=RATES, sparsity=0.9, block_size=128, pattern="local_window"
-        ).cuda()
-        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
-
-        def dense_flash() -> None:
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                F.scaled_dot_product_attention(qt, kt, vt)
-
-        t_bs = time_ms(lambda: bs(q, k, v), graph=False)
-        t_dense = time_ms(dense_flash, graph=False)
-        record(
-            bench="block-sparse",
-            n=n,
-            sparsity=0.9,
-            block_sparse_ms=t_bs,
-            dense_flash_ms=t_dense,
-            speedup=t_dense / t_bs,
-        )
-
-
-def million_section(improved: torch.nn.Module, record: Callable[..., None]) -> None:
-    # 4. one million tokens on one GPU (forward, bf16): improved and ring.
-    n = 1 << 20
-    q, k, v = qkv(n)
-    ring8 = RingDilatedAttention(segment_lengths=SEGS, dilation_rates=RATES, ring_size=8).cuda()
-    with torch.no_grad():
-        for name, mod in (("improved", improved), ("ring8", ring8)):
-            mem = peak_extra_bytes(lambda mod=mod: mod(q, k, v))
-            t = time_ms(lambda mod=mod: mod(q, k, v), graph=False, samples=10)
-            record(
-                bench="1M",
+        t_dense, m_dense = b.time_ms(dense, graph=True)
+        for options in options_list:
+            module = BlockSparseRingDilatedAttention(
+                segment_lengths=scaled(ISSUE_SEGS, n, b.smoke),
+                dilation_rates=RATES,
+                sparsity=0.9,
+                block_size=block,
+                pattern="local_window",
+                backend=backend,
+                kernel_options=options,
+            )
+            b._sync()
+            t0 = time.perf_counter()
+            module(q, k, v)
+            b._sync()
+            first_s = time.perf_counter() - t0
+            try:
+                t_bs, m_bs = b.time_ms(lambda module=module: module(q, k, v), graph=True)
+            except Exception as exc:  # an option the kernel cannot compile: report it
+                b.failures.append(f"block-sparse kernel_options {options}: {exc!r}"[:300])
+                continue
+            b.record(
+                bench="block-sparse",
                 n=n,
-                impl=name,
-                ms=t,
-                tflops=tflops(n, t),
-                extra_bytes=mem,
-                peak_gib=(mem + 4 * q.numel() * q.element_size()) / 2**30,
+                method=f"{m_bs}/{m_dense}",
+                sparsity=0.9,
+                block_size=block,
+                kernel_options=options,
+                first_call_s=first_s,
+                block_sparse_ms=t_bs,
+                dense_flash_ms=t_dense,
+                speedup=t_dense / t_bs,
             )
 
 
-def finish(info: dict, rows: list[dict]) -> None:
+# ------------------------------------------------------------------------------------------------
+# 5. backends
+# ------------------------------------------------------------------------------------------------
+def backends_table(b: Bench, lengths: list[int]) -> None:
+    rows = backends.available(b.device, b.dtype, DIM)
+    for name, why in rows:
+        if why is not None:
+            b.record(bench="backend", backend=name, available=False, reason=why)
+            continue
+        too_slow = False
+        for n in lengths:
+            if too_slow:
+                break
+            if name in ("math", "flex") and n > (1024 if b.smoke else 32768):
+                # math: O(segment²) fp32 scores per branch; flex: one compile per piece shape, and
+                # past Dynamo's recompile limit it would run eagerly (dense): shorter lengths only
+                continue
+            segs = scaled(ISSUE_SEGS, n, b.smoke)
+            module = ImprovedDilatedAttention(segment_lengths=segs, dilation_rates=RATES, backend=name)
+            q, k, v = b.qkv(n)
+            try:
+                with torch.no_grad():
+                    t0 = time.perf_counter()
+                    module(q, k, v)
+                    b._sync()
+                    first_s = time.perf_counter() - t0
+                    t, method = b.time_ms(lambda module=module, q=q, k=k, v=v: module(q, k, v), graph=True)
+            except Exception as exc:
+                b.record(bench="backend", backend=name, n=n, available=True, error=repr(exc)[:200])
+                continue
+            if first_s > 60:
+                b.failures.append(
+                    f"backend {name}: first call {first_s:.0f} s at {n}; longer lengths skipped"
+                )
+                lengths = [x for x in lengths if x <= n]
+            b.record(
+                bench="backend",
+                backend=name,
+                n=n,
+                available=True,
+                method=method,
+                first_call_s=first_s,
+                forward_ms=t,
+                tflops=tflops(n, segs, t),
+            )
+            del q, k, v
+
+
+# ------------------------------------------------------------------------------------------------
+# 6. profiler kernel tables
+# ------------------------------------------------------------------------------------------------
+def _self_device_us(evt) -> float:
+    for attr in ("self_device_time_total", "self_cuda_time_total"):
+        if hasattr(evt, attr):
+            return float(getattr(evt, attr))
+    return 0.0
+
+
+def kernel_table(b: Bench, n: int) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    segs = scaled(ISSUE_SEGS, n, b.smoke)
+    improved = ImprovedDilatedAttention(segment_lengths=segs, dilation_rates=RATES)
+    q, k, v = b.qkv(n, grad=True)
+    grad_out = torch.randn_like(q)
+    improved(q, k, v).backward(grad_out)  # plans, kernels compiled
+    b._sync()
+    activities = [ProfilerActivity.CUDA] if b.cuda else [ProfilerActivity.CPU]
+    out = improved(q, k, v)
+    b._sync()
+    for phase in ("forward", "backward"):
+        with profile(activities=activities) as prof:
+            if phase == "forward":
+                out = improved(q, k, v)
+            else:
+                out.backward(grad_out)
+            b._sync()
+        events = prof.key_averages()
+        if b.cuda:
+            kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+            timed = [(e.key, e.count, _self_device_us(e)) for e in kernels]
+        else:
+            timed = [(e.key, e.count, float(e.self_cpu_time_total)) for e in events]
+        timed.sort(key=lambda x: -x[2])
+        b.record(
+            bench="kernels",
+            n=n,
+            phase=phase,
+            unit="device us" if b.cuda else "CPU us (smoke run)",
+            kernel_calls=sum(c for _, c, _ in timed),
+            total_us=sum(t for *_, t in timed),
+            top=[[name[:90], count, round(us, 1)] for name, count, us in timed[:8]],
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# report
+# ------------------------------------------------------------------------------------------------
+def _fmt(x: object, spec: str = ".3g") -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float):
+        return "nan" if math.isnan(x) else format(x, spec)
+    return str(x)
+
+
+def markdown(b: Bench, info: dict) -> str:
+    lines = [
+        f"attention_bench: {info['device']}, torch {info['torch']}, CUDA {info['cuda']}, "
+        f"Triton {info['triton']} (merge: {info['merge']}), {info['date']}, "
+        f"`{info['command']}`{' (SMOKE RUN: tiny sizes, numbers meaningless)' if b.smoke else ''}",
+        "",
+        "| issue 18 target | n | measured | target | met |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+
+    def target(label: str, n: object, value: float | None, goal: float, at_least: bool) -> None:
+        ok = None if value is None else (value >= goal if at_least else value <= goal)
+        met = "–" if ok is None else ("yes" if ok else "NO")
+        lines.append(f"| {label} | {n} | {_fmt(value)} | {'>=' if at_least else '<='} {goal} | {met} |")
+
+    for r in b.rows:
+        if r["bench"] == "improved-forward":
+            target("improved fwd / SDPA pre-gathered", r["n"], r["improved_vs_sdpa"], 0.9, True)
+        elif r["bench"] == "improved-forward+backward":
+            target("improved fwd+bwd / SDPA pre-gathered", r["n"], r["improved_vs_sdpa"], 0.8, True)
+        elif r["bench"] == "ring-short":
+            target("ring(8) / improved time", r["n"], r["ring8_over_improved"], 1.5, False)
+        elif r["bench"] == "ring-long":
+            target("ring(8) / ring(1) extra memory", r["n"], r["ring8_over_ring1_memory"], 0.25, False)
+            target("ring(8) / improved time", r["n"], r["ring8_over_improved"], 1.3, False)
+    sparse = [r for r in b.rows if r["bench"] == "block-sparse"]
+    if sparse:
+        best = max(sparse, key=lambda r: r["speedup"])
+        target(
+            f"block_sparse_ring 90% / dense flash (best of {len(sparse)}: {best['kernel_options']})",
+            best["n"],
+            best["speedup"],
+            8,
+            True,
+        )
+    lines += ["", "| kind | n | times (ms) / ratio | method |", "| --- | ---: | --- | --- |"]
+    for r in b.rows:
+        if r["bench"] in ("improved-forward", "improved-forward+backward"):
+            lines.append(
+                f"| {r['bench']} | {r['n']} | improved {_fmt(r['improved_ms'])} ({r.get('kernel', 'auto')}), "
+                f"SDPA {_fmt(r['sdpa_pregathered_ms'])}, "
+                f"{_fmt(r['improved_tflops'])} TFLOP/s | {r['method']} |"
+            )
+        elif r["bench"] in ("ring-short", "ring-long"):
+            mem = ""
+            if r["bench"] == "ring-long":
+                r8, r1 = (r[k] / 2**20 if r[k] else None for k in ("ring8_extra_bytes", "ring1_extra_bytes"))
+                mem = f", extra MiB ring8 {_fmt(r8)} ring1 {_fmt(r1)}"
+            lines.append(
+                f"| {r['bench']} ({r['chunks']} chunks) | {r['n']} | ring8 {_fmt(r['ring8_ms'])}, "
+                f"improved {_fmt(r['improved_ms'])}{mem} | {r['method']} |"
+            )
+        elif r["bench"] == "block-sparse":
+            lines.append(
+                f"| block-sparse {r['kernel_options']} | {r['n']} | {_fmt(r['block_sparse_ms'])} vs dense "
+                f"{_fmt(r['dense_flash_ms'])} = {_fmt(r['speedup'])}x, "
+                f"first call {_fmt(r['first_call_s'])} s "
+                f"| {r['method']} |"
+            )
+    lengths = sorted({r["n"] for r in b.rows if r["bench"] == "backend" and "n" in r})
+    names = list(dict.fromkeys(r["backend"] for r in b.rows if r["bench"] == "backend"))
+    if names:
+        lines += [
+            "",
+            "improved forward per attention kernel (ms, graph replay; first call s in brackets)",
+            "",
+            "| backend | " + " | ".join(str(n) for n in lengths) + " |",
+            "| --- |" + " ---: |" * len(lengths),
+        ]
+        for name in names:
+            rs = [r for r in b.rows if r["bench"] == "backend" and r["backend"] == name]
+            if len(rs) == 1 and not rs[0]["available"]:
+                lines.append(f"| {name} | not available: {rs[0]['reason']} |" + " |" * (len(lengths) - 1))
+                continue
+            cells = []
+            for n in lengths:
+                r = next((x for x in rs if x.get("n") == n), None)
+                if r is None:
+                    cells.append("–")
+                elif "error" in r:
+                    cells.append("error")
+                else:
+                    cells.append(f"{_fmt(r['forward_ms'])} ({_fmt(r['first_call_s'], '.2g')})")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    for r in b.rows:
+        if r["bench"] == "kernels":
+            lines += [
+                "",
+                f"improved {r['phase']} at {r['n']}: {r['kernel_calls']} kernel calls, "
+                f"{_fmt(r['total_us'])} {r['unit']}",
+                "",
+                "| kernel | calls | us |",
+                "| --- | ---: | ---: |",
+            ]
+            lines += [f"| `{name}` | {count} | {us} |" for name, count, us in r["top"]]
+    if b.failures:
+        lines += ["", "failures:", *[f"- {f}" for f in b.failures]]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes (CPU allowed): checks that the script runs"
+    )
+    args = parser.parse_args()
+    b = Bench(args.smoke)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    info = {
+        "device": torch.cuda.get_device_name(0) if b.cuda else "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": " ".join(["python3", *sys.argv]),
+        "dtype": str(b.dtype),
+    }
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    print(json.dumps(info), flush=True)
+    t0 = time.perf_counter()
+    big = [512, 1024] if args.smoke else [8192, 32768, 131072, 524288]
+    with warnings.catch_warnings(record=True) as caught:
+        # every RuntimeWarning (a kernel refusing strided views or failing, the Triton merge
+        # failing) changes what is measured: keep them all and report them
+        warnings.simplefilter("always", RuntimeWarning)
+        for n in big:
+            b.section(f"improved {n}", lambda n=n: improved_vs_sdpa(b, n))
+        for n in [64, 128, 256] if args.smoke else [1024, 4096, 16384]:
+            b.section(f"ring {n}", lambda n=n: ring_short(b, n))
+        b.section("ring long", lambda: ring_long(b, 1024 if args.smoke else 131072))
+        b.section("block-sparse", lambda: block_sparse(b, 512 if args.smoke else 32768))
+        b.section("backends", lambda: backends_table(b, [256, 1024] if args.smoke else [4096, 32768, 131072]))
+        for n in [512] if args.smoke else [32768, 131072]:
+            b.section(f"kernels {n}", lambda n=n: kernel_table(b, n))
+    for w in caught:
+        if issubclass(w.category, RuntimeWarning):
+            b.failures.append(f"warning: {str(w.message)[:300]}")
+    from attention import _merge
+
+    info["merge"] = "torch" if (_merge._TRITON_FAILED or not b.cuda or not info["triton"]) else "triton"
+    info["wall_s"] = round(time.perf_counter() - t0, 1)
     out_dir = Path(os.environ.get("OUT", "."))
-    (out_dir / "attention_bench.json").write_text(json.dumps({"info": info, "rows": rows}, indent=1))
-    print("\nsummary")
-    for r in rows:
-        print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "attention_bench.json").write_text(
+        json.dumps({"info": info, "rows": b.rows, "failures": b.failures}, indent=1, default=str)
+    )
+    text = markdown(b, info)
+    (out_dir / "attention_bench.md").write_text(text)
+    print(f"\n(total {info['wall_s']} s; JSON and Markdown in {out_dir})\n")
+    print(text)
 
 
 if __name__ == "__main__":

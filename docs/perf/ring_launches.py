@@ -10,8 +10,10 @@ and call sequence depend only on shapes), so it is counted here on the CPU, with
 
 Shapes: the ``production`` profile's (1, n, 12, 64) at 1K, 4K and 16K tokens, segments
 ``[n/4, n/2, n]`` below 8K and ``[2048, 4096, 8192]`` from 8K (perfguard.profiles), rates
-``[1, 2, 4]``, ``ring_size`` 8 for ``ring`` and ``hilbert_ring`` (the benchmark configuration).
-CPU time is the median of 5 calls of float32 forward (and forward+backward) after one warm-up,
+``[1, 2, 4]``, ``ring_size`` 8 for ``ring`` and ``hilbert_ring`` (the benchmark configuration),
+bfloat16 (the benchmark dtype: the ring's one-piece rule depends on the element size); the rows
+"(chunked)" force the ring's chunked path (``single_shot_bytes=0``), the path it takes at long
+lengths.  CPU time is the median of 5 calls of forward (and forward+backward) after one warm-up,
 process CPU time, on whatever CPU this runs on: compute is included, so it is only indicative.
 """
 
@@ -36,7 +38,15 @@ from attention import create_dilated_attention
 from perfguard.profiles import dilation_for
 
 LENGTHS = (1024, 4096, 16384)
-IMPLS = {"improved": {}, "ring": {"ring_size": 8}, "hilbert_ring": {"ring_size": 8}}
+IMPLS = {
+    "improved": ("improved", {}),
+    "ring": ("ring", {"ring_size": 8}),
+    "ring (chunked)": ("ring", {"ring_size": 8, "single_shot_bytes": 0}),
+    "hilbert_ring": ("hilbert_ring", {"ring_size": 8}),
+    "hilbert_ring (chunked)": ("hilbert_ring", {"ring_size": 8, "single_shot_bytes": 0}),
+}
+DTYPE = torch.bfloat16  # the benchmark dtype: the ring's one-piece rule depends on the element size
+ATTENTION_OPS = ("_scaled_dot_product", "_flash_attention", "_efficient_attention", "_cudnn_attention")
 
 
 class OpCounter(TorchDispatchMode):
@@ -65,11 +75,12 @@ def _cpu_ms(fn, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
-def measure(impl: str, n: int, causal: bool) -> dict:
+def measure(label: str, n: int, causal: bool) -> dict:
+    impl, extra = IMPLS[label]
     config = dilation_for(n)
-    module = create_dilated_attention(impl, **config, **IMPLS[impl])
+    module = create_dilated_attention(impl, **config, **extra)
     gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, n, 12, 64, generator=gen).requires_grad_() for _ in range(3))
+    q, k, v = (torch.randn(1, n, 12, 64, generator=gen).to(DTYPE).requires_grad_() for _ in range(3))
     module(q, k, v, is_causal=causal)  # plan built and cached, as in a benchmark's warm-up
     with OpCounter() as fwd:
         out = module(q, k, v, is_causal=causal)
@@ -84,7 +95,11 @@ def measure(impl: str, n: int, causal: bool) -> dict:
         module(q, k, v, is_causal=causal).sum().backward()
 
     return {
-        "impl": impl,
+        "impl": label,
+        "chunks": len(module._chunk_lengths(q)),
+        "forward_attention_calls": sum(
+            c for op, c in fwd.ops.items() if op.removeprefix("aten.").startswith(ATTENTION_OPS)
+        ),
         "seq_len": n,
         "causal": causal,
         "forward_ops": sum(fwd.ops.values()),
@@ -116,11 +131,16 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(json.dumps(meta))
-    print("| impl | seq_len | causal | fwd ops (views) | bwd ops (views) | fwd CPU ms | fwd+bwd CPU ms |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
+    print(
+        "| impl | seq_len | causal | chunks | fwd attention calls | fwd ops (views) | bwd ops (views) "
+        "| fwd CPU ms | fwd+bwd CPU ms |"
+    )
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         print(
-            f"| {r['impl']} | {r['seq_len']} | {r['causal']} | {r['forward_ops']} ({r['forward_views']}) "
+            f"| {r['impl']} | {r['seq_len']} | {r['causal']} | {r['chunks']} "
+            f"| {r['forward_attention_calls']} "
+            f"| {r['forward_ops']} ({r['forward_views']}) "
             f"| {r['backward_ops']} ({r['backward_views']}) | {r['forward_cpu_ms']:.1f} "
             f"| {r['forward_backward_cpu_ms']:.1f} |"
         )
