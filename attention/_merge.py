@@ -56,12 +56,17 @@ def nested(part: Part) -> bool:
 
 
 def triton_merge_enabled(t: torch.Tensor, parts: list[Part] = ()) -> bool:
-    """Triton on CUDA when importable (``ATTENTION_MERGE=torch`` turns it off, ``=triton`` forces it
-    on any device, for the interpreter on the CPU); never for float64 (exactness runs)."""
-    choice = os.environ.get("ATTENTION_MERGE", "auto")
-    if choice == "torch" or t.dtype == torch.float64:
-        return False
-    if t.device.type != "cuda" and choice != "triton":
+    """The Triton merge only when asked for (``ATTENTION_MERGE=triton``, on any device: the
+    interpreter on the CPU); never for float64 (exactness runs).
+
+    Not the default: on an H100 (2026-11-25, docs/perf/attention.md) its first call in a process
+    cost 22-25 s of Triton compilation per shape configuration, against 0.4 s (forward) and 3.8 s
+    (forward+backward, cuDNN's plans) with the torch merge; every fresh benchmark process paid it,
+    and ``perfguard verify`` of ``improved`` did not finish in 300 s.  Until the kernel compiles once
+    per process (no per-shape specialisation), the torch merge is the default.
+    """
+    choice = os.environ.get("ATTENTION_MERGE", "torch")
+    if choice != "triton" or t.dtype == torch.float64:
         return False
     from attention import _merge_triton
 
