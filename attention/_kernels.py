@@ -117,6 +117,9 @@ def _cudnn_forward(q, k, v, causal, scale):
 def _cudnn_backward(dout, q, k, v, out, lse, aux, causal, scale):
     lse_shape, cum_q, cum_k, max_q, max_k, seed, offset = aux
     lse_raw = lse.float().reshape(lse_shape).contiguous()
+    # cuDNN's backward crashed the process (SIGSEGV, H100, torch 2.11, 2026-11-25) on the ring's
+    # strided chunk views, which its forward read correctly: it gets dense tensors.
+    dout, q, k, v, out = (t.contiguous() for t in (dout, q, k, v, out))
     dq, dk, dv = _aten._scaled_dot_product_cudnn_attention_backward(
         dout, q, k, v, out, lse_raw, seed, offset, None, cum_q, cum_k, max_q, max_k, 0.0, causal, scale=scale
     )[:3]
