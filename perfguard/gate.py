@@ -189,7 +189,8 @@ def _run_verify(bench: Bench) -> Path:
         **compile_cache_env(bench.runner.trust),
         "PYTHONPATH": os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH")) if p),
     }
-    command = [sys.executable, "-m", "perfguard", "verify", "--device", bench.device, "--json", str(out)]
+    command = [sys.executable, "-X", "faulthandler", "-m", "perfguard", "verify", "--device", bench.device]
+    command += ["--json", str(out)]
     command += ["--profile", bench.profile.name]
     for regex in bench.bench:
         command += ["--bench", regex]
@@ -197,9 +198,11 @@ def _run_verify(bench: Bench) -> Path:
     bench.say(f"verifying HEAD ({bench.device}, {', '.join(bench.profile.dtypes(bench.device))}){scope} ...")
     proc = subprocess.run(command, cwd=shim, env=env, capture_output=True, text=True, check=False)
     if proc.returncode not in (0, 1) or not out.exists():
-        tail = "\n  ".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        lines = [x for x in (proc.stdout + proc.stderr).strip().splitlines() if not x.startswith("Extension")]
+        tail = "\n  ".join(lines[-25:])
+        how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
         raise PerfguardError(
-            f"perfguard verify could not run on HEAD (exit {proc.returncode}):\n  {tail}",
+            f"perfguard verify could not run on HEAD ({how}):\n  {tail}",
             hint="run `perfguard verify` to see the problem, or pass --no-verify",
         )
     return out

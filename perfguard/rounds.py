@@ -249,7 +249,15 @@ class RoundRunner:
         clock = time.monotonic()
         events: list[dict[str, Any]] = []
         logs: list[str] = []
-        command = [sys.executable, "-m", "perfguard.round_worker", str(shim / "spec.json")]
+        # faulthandler: a benchmark that crashes the process leaves its Python stack in the log
+        command = [
+            sys.executable,
+            "-X",
+            "faulthandler",
+            "-m",
+            "perfguard.round_worker",
+            str(shim / "spec.json"),
+        ]
         plan: list[str] | None = None
         planned: dict[str, dict[str, Any]] = {}
         finished: dict[str, dict[str, Any]] = {}
