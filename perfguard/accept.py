@@ -170,9 +170,9 @@ def parse_tokens(tokens: Sequence[str], *, where: str = "acceptance") -> Spec:
     if len(tokens) < 2:
         raise AcceptError(f"{where} names no implementation and benchmark", hint=hint)
     impl, benchmark, *rest = tokens
-    for name, value in (("implementation", impl), ("benchmark", benchmark)):
+    for name, value in (("an implementation", impl), ("a benchmark", benchmark)):
         if not value or "=" in value or _CEILING.match(value):
-            raise AcceptError(f"{where}: {value!r} is not an {name} glob", hint=hint)
+            raise AcceptError(f"{where}: {value!r} is not {name} glob", hint=hint)
     metric: str | None = None
     params: dict[str, str] = {}
     ceiling: float | None = None
