@@ -81,10 +81,10 @@ def bisect(
         ) as bench,
     ):
         result = run_bisect(bench, good_ref, bad_ref, rounds=rounds, direction=direction)
-    probes = len(result.probes)
+    compared = len(result.probes) - 1  # good itself is the reference
     say(
         f"{len(result.measured)} commit(s) measured, {len(result.reused)} reused from the store "
-        f"({probes} compared, of {result.candidates} in the range)"
+        f"({compared} compared with good, of {result.candidates} in the range)"
     )
     if json_path is not None:
         write_atomic(json_path, json.dumps(result.to_json(), indent=2) + "\n")
