@@ -52,6 +52,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     repo = project_repo(base / "project")
     git(repo, "checkout", "-q", "-b", "double")
     double = append_commit(repo, "attention/registry.py", planted(2), f"exact reference pass\n\n{TRAILER}\n")
+    git(repo, "checkout", "-q", "-b", "double-cli", "main")  # the same change, for the CLI test alone
+    append_commit(repo, "attention/registry.py", planted(2), f"exact reference pass (CLI)\n\n{TRAILER}\n")
     git(repo, "checkout", "-q", "-b", "quadruple", "main")
     quadruple = append_commit(
         repo, "attention/registry.py", planted(4), f"exact reference pass\n\n{TRAILER}\n"
@@ -64,7 +66,14 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
 
 
 def check(project: Project, branch: str, *, approved_by: str | None = None, trusted: bool = True) -> Applied:
-    """What the gate does: acceptances found before the check runs, applied after stage 2."""
+    """What the gate does: acceptances found before the check runs, applied to its comparison.
+
+    ``run_check`` measures and stores both sides; the comparison is then made again from the stored
+    rounds, as stage 1 made it (work metrics have no stage 2), so that this test does not depend on
+    whether ``run_check`` applies acceptances itself (the lead wires that in; see the CLI test below).
+    """
+    from perfguard.compare import compare_suite, measurements_from_rounds
+
     git(project.repo, "checkout", "-q", branch)
     with open_bench(
         profile_name="quick",
@@ -78,9 +87,14 @@ def check(project: Project, branch: str, *, approved_by: str | None = None, trus
         head = rev_parse(bench.root, "HEAD")
         base = merge_base(bench.root, rev_parse(bench.root, "main"), head)
         found = find_acceptances(bench.root, bench.baseline_store, base, head, approved_by=approved_by)
-        outcome = run_check(bench, "main", rounds=1, verify=False)
-        assert outcome.exit_code == 1  # without acceptances, the doubled work fails
-        return apply_acceptances(outcome.result, found)
+        run_check(bench, "main", rounds=1, verify=False)
+        first = compare_suite(
+            measurements_from_rounds(bench.stored_rounds(base)),
+            measurements_from_rounds(bench.stored_rounds(head, store=bench.store)),
+            bench.config,
+        )
+        assert first.exit_code == 1  # without acceptances, the doubled work fails
+        return apply_acceptances(first, found)
 
 
 def dilated_work(applied: Applied) -> list:  # type: ignore[type-arg]
@@ -183,3 +197,36 @@ def test_an_untrusted_check_reads_acceptances_from_the_history_store_only(projec
         store.record_acceptances(at, [wide])
     applied = check(project, "quadruple", trusted=False)
     assert applied.exit_code == 0 and [a.reason for a in applied.acceptances] == ["four passes"]
+
+
+def _check_takes_approvals() -> bool:
+    from perfguard.cli.check import check as check_command
+
+    return any(p.name == "accept_approved_by" for p in check_command.params)
+
+
+@pytest.mark.skipif(
+    not _check_takes_approvals(), reason="perfguard check --accept-approved-by is wired by the lead"
+)
+def test_perfguard_check_stores_and_reports_the_accepted_items(project: Project, tmp_path: Path) -> None:
+    """The real ``perfguard check``: exit 0 with the approval, the stored check and its reports show
+    ``accepted`` with who, why and the ceiling; exit 1 without it."""
+    import json
+
+    git(project.repo, "checkout", "-q", "double-cli")
+    args = ("check", "--baseline", "main", "--bench", WORK_BENCH, "--rounds", "1", "--no-verify")
+    refused = perfguard(project.repo, *args, "--json", str(tmp_path / "no.json"), db=project.db)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "not approved by a maintainer" in refused.stderr
+    reports = ("--json", str(tmp_path / "ok.json"), "--markdown", str(tmp_path / "ok.md"))
+    passed = perfguard(
+        project.repo, *args, *reports, db=project.db, env={"PERFGUARD_ACCEPT_APPROVED_BY": "maint"}
+    )
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    document = json.loads((tmp_path / "ok.json").read_text())
+    accepted = [i for i in document["items"] if i["verdict"] == "accepted"]
+    assert {i["impl"] for i in accepted} == {"dilated"} and len(accepted) == 3
+    assert all("(approved by maint)" in i["reason"] and "2.1×" in i["reason"] for i in accepted)
+    [row] = document["summary"]["acceptances"]["applied"]
+    assert row["approved_by"] == "maint" and row["ceiling"] == 2.1 and len(row["accepted"]) == 3
+    assert "accepted" in (tmp_path / "ok.md").read_text()
