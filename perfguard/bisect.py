@@ -6,7 +6,8 @@ the baseline branch recorded one by one; a merged pull request is one candidate,
 ``bad`` must have moved beyond the threshold from ``good`` (else there is nothing to find), and
 each probe compares one commit with ``good`` by the rule of ``perfguard check``: stage 1, then for
 timing suspects the interleaved re-measurement in fresh processes.  A commit has *moved* when any
-selected benchmark is a ``regression`` against ``good`` (``direction="better"``: an improvement).
+selected gated benchmark is a ``regression`` against ``good`` (``direction="better"``: an
+improvement).
 Because every commit is compared with ``good`` (not with its neighbour), "moved" is monotone along
 a single step and the search needs ``ceil(log2(n))`` probes for ``n`` candidates, plus ``good``
 and ``bad`` themselves: 6 commits for a range of 16.
@@ -271,7 +272,10 @@ class _Search:
         assert self._good_rounds is not None
         result = self._compare(sha, label, rounds)
         wanted = "regression" if self.direction == "worse" else "improvement"
-        moved = tuple(i for i in result.items if str(i.verdict) == wanted)
+        # Gated items decide (a derived tokens/s or TFLOP/s keeps its stage-1 verdict when its
+        # timing is re-measured); a selection of report-only benchmarks decides on those.
+        deciding = [i for i in result.items if i.gated] or list(result.items)
+        moved = tuple(i for i in deciding if str(i.verdict) == wanted)
         comparable = [
             i for i in result.items if str(i.verdict) not in ("new", "missing", "skipped", "failed")
         ]
