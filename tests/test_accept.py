@@ -330,3 +330,56 @@ def test_found_and_ignored_are_plain_data() -> None:
     assert found.trusted[0].as_json()["scope"] == "* *"
     assert found.ignored[0].as_json() == {"sha": "c" * 40, "text": "t", "why": "why"}
     assert Verdict.ACCEPTED == "accepted"
+
+
+# --------------------------------------------------------------------------------------------------
+# perfguard accept: the command line's own errors (nothing measured)
+
+
+def run_accept(
+    repo: Path, db: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    import os
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    environment = {k: v for k, v in os.environ.items() if k not in ("PERFGUARD_DB", "PERFGUARD_UNTRUSTED")}
+    environment.update({"PERFGUARD_DB": db, "PYTHONPATH": str(root), **(env or {})})
+    return subprocess.run([sys.executable, "-m", "perfguard", "accept", *args], cwd=repo, env=environment,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+
+
+def test_perfguard_accept_records_lists_and_refuses_with_exit_2(repo: Path, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'h.db'}"
+    for args, message in (
+        (("improved", "Forward.track_time", "--reason", "why"), "--reason needs --max"),
+        (("improved", "Forward.track_time", "--max", "1.35"), "gives no reason"),
+        (("improved", "Forward.track_time", "--max", "0.9", "--reason", "why"), "accepts nothing"),
+        (("improved", "--max", "1.3", "--reason", "why"), "is not a benchmark glob"),
+        (("--list", "improved"), "--list takes no acceptance"),
+        (
+            ("improved", "Forward.track_time", "--max", "1.3", "--reason", "x", "--commit", "nope"),
+            "unknown revision",
+        ),
+    ):
+        result = run_accept(repo, db, *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
+    refused = run_accept(repo, db, "*", "*", "--max", "2", "--reason", "x", env={"PERFGUARD_UNTRUSTED": "1"})
+    assert refused.returncode == 2 and "untrusted context" in refused.stderr
+    with Store.open(db) as store:
+        assert store.acceptances() == []
+    # the trailer's form works on the command line too; the author defaults to git's user
+    git(repo, "config", "user.name", "Mae Maintainer")
+    git(repo, "config", "user.email", "mae@example.invalid")
+    done = run_accept(
+        repo, db, "improved", "Forward.track_time", "seq_len=4096", "<=1.35", "exact", "masking"
+    )
+    assert done.returncode == 0, done.stderr
+    written = 'improved Forward.track_time seq_len=4096 <=1.35 "exact masking"'
+    assert f"{written} by Mae Maintainer <mae@example.invalid>" in done.stderr
+    listed = run_accept(repo, db, "--list", "--commit", "HEAD")
+    assert listed.returncode == 0 and "exact masking" in listed.stdout and "Mae Maintainer" in listed.stdout
+    with Store.open(db) as store:
+        [stored] = store.acceptances()
+    assert stored.trusted and stored.source == "command" and dict(stored.params) == {"seq_len": "4096"}
