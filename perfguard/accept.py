@@ -417,6 +417,40 @@ def _label(key: tuple[str, str]) -> str:
     return f"{short_benchmark(key[0])}({key[1]})"
 
 
+def _source_of(item: Item) -> tuple[str, str] | None:
+    """The key of the timing a reported, derived item comes from (tokens/s, TFLOP/s), or None.
+
+    Since issue 14 a derived item carries its source timing's verdict (one measurement, one
+    verdict); it is never accepted on its own, it follows its source.  A perfguard whose compare
+    has no derived items (``derived_source`` absent) gives None: every item stands alone.
+    """
+    from perfguard import compare
+
+    derived_source = getattr(compare, "derived_source", None)
+    source = derived_source(item.benchmark) if derived_source is not None else None
+    if source is None or item.gated or item.metric not in compare.REPORTED_METRICS:
+        return None
+    return (source, item.params_key)
+
+
+def _follow_accepted_sources(items: list[Item]) -> list[Item]:
+    """A derived item whose source timing was just accepted reads ``accepted`` too."""
+    from perfguard.compare import Verdict, describe
+
+    by_key = {i.key: i for i in items}
+    out = []
+    for item in items:
+        key = _source_of(item)
+        source = by_key.get(key) if key is not None else None
+        if source is None or source.verdict is not Verdict.ACCEPTED or item.verdict is not Verdict.REGRESSION:
+            out.append(item)
+            continue
+        own = item.reason.split("; verdict of ", 1)[0]
+        label = describe(source.benchmark, source.metric)
+        out.append(replace(item, verdict=Verdict.ACCEPTED, reason=f"{own}; verdict of {label}: accepted"))
+    return out
+
+
 def apply_acceptances(
     result: SuiteComparison, found: Found | Sequence[Acceptance], *, ignored: Sequence[Ignored] = ()
 ) -> Applied:
@@ -444,7 +478,7 @@ def apply_acceptances(
     items = []
     for item in result.items:
         covering = [a for a in usable if a.covers(item.impl, item.benchmark, item.metric, item.params)]
-        if item.verdict is not Verdict.REGRESSION or not covering:
+        if item.verdict is not Verdict.REGRESSION or not covering or _source_of(item) is not None:
             items.append(item)
             continue
         best = max(covering, key=lambda a: a.ceiling)
@@ -464,6 +498,7 @@ def apply_acceptances(
                 f"{item.reason}",
             )
         )
+    items = _follow_accepted_sources(items)
     return Applied(
         result=SuiteComparison(items=tuple(items), suspects=result.suspects),
         decisions=tuple(decisions),

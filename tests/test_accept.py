@@ -383,3 +383,29 @@ def test_perfguard_accept_records_lists_and_refuses_with_exit_2(repo: Path, tmp_
     with Store.open(db) as store:
         [stored] = store.acceptances()
     assert stored.trusted and stored.source == "command" and dict(stored.params) == {"seq_len": "4096"}
+
+
+@pytest.mark.skipif(
+    not hasattr(__import__("perfguard.compare").compare, "derived_source"),
+    reason="derived items carry their timing's verdict since issue 14's compare",
+)
+def test_tokens_per_second_follow_their_accepted_forward_time() -> None:
+    """One measurement, one verdict: the throughput derived from an accepted forward time is
+    accepted with it, never judged on its own (its scope, its ceiling)."""
+    tokens = "bench_attention.Throughput.track_tokens_per_second"
+
+    def throughput(factor: float, seed: int) -> Measurement:
+        rng = np.random.default_rng(seed)
+        rounds = [list(51200 / factor * np.exp(rng.normal(0, 0.01, 60))) for _ in range(3)]
+        return Measurement(tokens, {"impl": "dilated", "seq_len": 512, "dtype": "float32"}, rounds=rounds,
+                           metric="throughput", unit="tokens/s", direction="higher", gated=False)  # fmt: skip
+
+    base, head = [timing("dilated", 1, 1), throughput(1, 3)], [timing("dilated", 2, 2), throughput(2, 4)]
+    first = compare_suite(base, head, Config())
+    assert verdicts(first)[("dilated", "Throughput.track_tokens_per_second")] == "regression"
+    applied = apply_acceptances(first, [accepted('dilated Forward.track_time <=2.1 "exact pass"')])
+    derived = next(i for i in applied.result.items if i.benchmark == tokens)
+    assert str(derived.verdict) == "accepted" and derived.reason.endswith("verdict of forward time: accepted")
+    over = apply_acceptances(first, [accepted('dilated * <=1.5 "too low"')])
+    assert verdicts(over.result)[("dilated", "Throughput.track_tokens_per_second")] == "regression"
+    assert [d.key[0] for d in over.decisions] == ["bench_attention.Forward.track_time"]  # decided once
