@@ -31,6 +31,7 @@ Typical use by ``perfguard check``::
 API
 ---
 ``Verdict``                  regression improvement unchanged unstable new missing broken failed skipped
+                             accepted
 ``Measurement``              one side of one benchmark x params (rounds of samples, status, unit, metric...)
 ``Measurement.from_results(rounds)``           -> Measurement from the store's results, one per round
 ``measurements_from_rounds(rounds)``            -> [Measurement] from rounds of results (grouped by key)
@@ -81,6 +82,7 @@ class Verdict(StrEnum):
     BROKEN = "broken"  # the implementation failed `perfguard verify` in head (fails)
     FAILED = "failed"  # the benchmark failed in head (fails when it worked in the baseline)
     SKIPPED = "skipped"  # skipped on either side (cannot run here: no CUDA, too big)
+    ACCEPTED = "accepted"  # a regression within a trusted acceptance's scope and ceiling (perfguard.accept)
 
 
 FAILING_VERDICTS = frozenset({Verdict.REGRESSION, Verdict.BROKEN, Verdict.FAILED})

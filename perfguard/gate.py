@@ -70,8 +70,15 @@ def run_check(
     fresh: bool = False,
     verify: bool = True,
     verify_report: Path | None = None,
+    accept_approved_by: str | None = None,
 ) -> CheckOutcome:
-    """Compare HEAD with the merge-base of ``baseline_ref`` on this machine (see the module docstring)."""
+    """Compare HEAD with the merge-base of ``baseline_ref`` on this machine (see the module docstring).
+
+    ``accept_approved_by``: the maintainer who approved the acceptances written in HEAD's commit
+    trailers (the workflow passes it only when a maintainer applied the label); without it only the
+    acceptances stored in the trusted history store count (docs/living-with-regressions.md).
+    """
+    from perfguard.accept import apply_acceptances, find_acceptances
     from perfguard.gitrepo import merge_base, rev_parse, work_tree
 
     if verify_report is not None and not verify:
@@ -97,6 +104,9 @@ def run_check(
     # 1. baselines first, before any code under review runs; only trusted runs are baselines
     base_stored = bench.stored_rounds(base_sha, trusted_only=True)
     head_stored = [] if (fresh or same_commit) else bench.stored_rounds(head.commit.sha, store=bench.store)
+    acceptances = find_acceptances(
+        bench.root, bench.baseline_store, base_sha, head.commit.sha, approved_by=accept_approved_by
+    )
     # 2. verification of HEAD
     broken = _broken_impls(bench, verify_report, skip=not verify)
     # 3. what is missing is measured
@@ -109,12 +119,16 @@ def run_check(
     # 5. stage 1 and 2
     first = _compare(bench, base_rounds, head_rounds, broken)
     result, retried, retry_runs = _retry(bench, first, head, base_sha, head_rounds, broken)
-    # 6. underneath
+    # 6. underneath, then the acceptances (an accepted regression still shows what changed)
     underneath = underneath_tables(result.items, base_rounds, head_rounds, retry_runs)
+    applied = apply_acceptances(result, acceptances)
+    for line in applied.lines():
+        bench.say(line)
+    result = applied.result
     seconds = time.perf_counter() - started
     check_id = _record(
         bench, head, base_sha, baseline_ref, result, base_rounds, head_rounds, measured, retried, seconds,
-        underneath,
+        underneath, applied.summary(),
     )  # fmt: skip
     stored = bench.store.get_check(check_id)
     assert stored is not None
@@ -480,6 +494,7 @@ def _record(
     retried: int,
     seconds: float,
     underneath: list[dict[str, Any]],
+    acceptances: dict[str, Any],
 ) -> int:
     from perfguard.measuring import command_line, commit_record
     from perfguard.store import CheckItemRecord
@@ -506,6 +521,7 @@ def _record(
             "seconds": round(seconds, 1),
             "trust": "trusted" if bench.trusted else "untrusted",
             "underneath": underneath,
+            "acceptances": acceptances,
         },
         environment={
             "base": _environment(bench, base_rounds, base_sha),

@@ -16,6 +16,17 @@ The workflows in ``.github/workflows/`` call this module as ``python -m perfguar
 ``comment``
     Create or update the *one* perfguard comment on a pull request, found by the hidden marker
     ``<!-- perfguard-report -->`` and by its author, never a new comment per push.
+``changes``
+    After ``perfguard changes --json changes.json --markdown changes.md`` on the baseline branch:
+    append its section to the job summary and turn every flagged step (a regression on the
+    baseline branch that no acceptance covers) into a ``::warning::`` annotation naming the
+    benchmark, the ratio and the likely cause (a software change).
+``approval``
+    Who approved a pull request's ``Perfguard-Accept`` trailers: the last actor who applied the
+    approval label (default ``perfguard-accept``) and still has it applied, if that actor has write
+    access to the repository.  Prints the login to ``$GITHUB_OUTPUT`` as ``approved_by``; the
+    workflow passes it to ``perfguard check`` / ``perfguard changes --accept-approved-by``.  Finds
+    the pull request from ``--pr`` or from a merged commit (``--sha``).
 
 Why the standard library only: ``comment`` runs in the ``comment`` job of ``perfguard-pr.yml``,
 which holds a token with ``pull-requests: write``. It must not install packages and must never run
@@ -167,7 +178,7 @@ def run_step(name: str, argv: Sequence[str], log_dir: Path) -> int:
 # --------------------------------------------------------------------------------------------------
 # summary: the Markdown for the job summary and the PR comment
 
-STEP_ORDER = ("baseline", "verify", "check", "run", "snapshot", "report")
+STEP_ORDER = ("baseline", "verify", "check", "run", "changes", "snapshot", "report")
 """Order in which the workflows run the recorded steps; the first failure is the one explained."""
 
 _CONSEQUENCE = {
@@ -176,6 +187,7 @@ _CONSEQUENCE = {
     "check": "there is no verdict report",
     "run": "no baseline was recorded for this commit",
     "snapshot": "PR runners still read the previous baseline snapshot",
+    "changes": "the new commit was not compared with the history of this machine",
     "report": "the history site was not updated",
 }
 
@@ -503,6 +515,115 @@ def prepare_comment_body(
 
 
 # --------------------------------------------------------------------------------------------------
+# changes: steps on the baseline branch, as job summary and annotations
+
+MAX_STEP_ANNOTATIONS = 10
+"""GitHub shows at most 10 warning annotations per step; the rest are counted in one more line."""
+
+
+def step_annotations(document: dict[str, Any], limit: int = MAX_STEP_ANNOTATIONS) -> list[str]:
+    """``::warning`` lines for the flagged steps of a ``perfguard changes --json`` document."""
+    sha = str(document.get("sha") or "")[:10]
+    machine = str(document.get("machine_key") or "")
+    cause = document.get("cause")
+    flagged = [s for s in document.get("steps") or [] if s.get("flagged")]
+    lines = []
+    for step in flagged[:limit]:
+        benchmark = str(step.get("benchmark", "")).split(".", 1)[-1]
+        params = ", ".join(f"{k}={v}" for k, v in sorted((step.get("params") or {}).items()) if k != "impl")
+        ratio = step.get("ratio")
+        ratio_text = f"{ratio:.2f}x worse" if isinstance(ratio, (int, float)) else "worse"
+        title = f"perfguard: {step.get('impl')} {benchmark} {ratio_text} at {sha}"
+        message = f"{step.get('impl')} {benchmark} ({params}) on {machine}: {step.get('reason', '')}"
+        if cause:
+            message += f"\nlikely cause: {cause} between the two runs"
+        message += "\nno acceptance covers it: accept it (perfguard accept) if intended, else fix it"
+        lines.append(workflow_command("warning", message, title))
+    if len(flagged) > limit:
+        lines.append(
+            workflow_command(
+                "warning",
+                f"{len(flagged) - limit} more unaccepted step(s) at {sha}: see the job summary",
+                "perfguard: more steps",
+            )
+        )
+    return lines
+
+
+def report_changes(report_dir: Path, *, step_summary: Path | None, out: Any = None) -> int:
+    """Append ``changes.md`` to the job summary and print the annotations of ``changes.json``.
+
+    Returns the number of flagged steps.  A missing report (``perfguard changes`` did not run or
+    failed) is said in the summary; its step's own annotation says why.
+    """
+    out = out or sys.stdout
+    path = report_dir / "changes.json"
+    markdown = report_dir / "changes.md"
+    if not path.exists():
+        body = (
+            "### perfguard: no change-point report\n\n`perfguard changes` wrote no report (see its step).\n"
+        )
+        flagged: list[str] = []
+    else:
+        document = json.loads(path.read_text())
+        body = markdown.read_text() if markdown.exists() else ""
+        flagged = step_annotations(document)
+        for line in flagged:
+            print(line, file=out)
+    if step_summary is not None and body:
+        with step_summary.open("a") as fh:
+            fh.write(body if body.endswith("\n") else body + "\n")
+    return sum(1 for line in flagged if "more unaccepted" not in line)
+
+
+# --------------------------------------------------------------------------------------------------
+# approval: who approved a pull request's Perfguard-Accept trailers (the approval label)
+
+APPROVAL_LABEL = "perfguard-accept"
+WRITE_PERMISSIONS = frozenset({"admin", "maintain", "write"})
+
+
+def pull_for_commit(transport: Transport, repo: str, sha: str) -> int | None:
+    """The pull request that merged ``sha`` (GitHub's commit -> pulls association), if any."""
+    pulls = transport("GET", f"/repos/{repo}/commits/{sha}/pulls?per_page=100", None) or []
+    merged = [p for p in pulls if p.get("merged_at") and p.get("merge_commit_sha") == sha]
+    chosen = merged or [p for p in pulls if p.get("merged_at")] or list(pulls)
+    return int(chosen[0]["number"]) if chosen else None
+
+
+def label_applier(transport: Transport, repo: str, number: int, label: str) -> str | None:
+    """The login that applied ``label`` last, if the label is still applied (issue events, all pages)."""
+    applier: str | None = None
+    page = 1
+    while True:
+        batch = transport("GET", f"/repos/{repo}/issues/{number}/events?per_page=100&page={page}", None) or []
+        for event in batch:
+            if (event.get("label") or {}).get("name") != label:
+                continue
+            if event.get("event") == "labeled":
+                applier = (event.get("actor") or {}).get("login")
+            elif event.get("event") == "unlabeled":
+                applier = None
+        if len(batch) < 100:
+            return applier
+        page += 1
+
+
+def approver(
+    transport: Transport, repo: str, number: int, label: str = APPROVAL_LABEL
+) -> tuple[str | None, str]:
+    """(login, why): the maintainer whose label approves the PR's acceptances, or None and why not."""
+    login = label_applier(transport, repo, number, label)
+    if login is None:
+        return None, f"PR #{number} does not carry the {label!r} label"
+    answer = transport("GET", f"/repos/{repo}/collaborators/{login}/permission", None) or {}
+    permission = str(answer.get("role_name") or answer.get("permission") or "none")
+    if permission not in WRITE_PERMISSIONS:
+        return None, f"{login} applied {label!r} on PR #{number} but has {permission!r} access, not write"
+    return login, f"{login} ({permission}) applied {label!r} on PR #{number}"
+
+
+# --------------------------------------------------------------------------------------------------
 # command line
 
 
@@ -536,6 +657,15 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="write the would-be comment (and the PR it targets) to FILE; call no API",
     )
+    changes = sub.add_parser("changes", help="job summary and annotations of `perfguard changes`")
+    changes.add_argument("--report-dir", required=True, type=Path, help="holds changes.json and changes.md")
+
+    approval = sub.add_parser("approval", help="who approved a PR's Perfguard-Accept trailers (the label)")
+    approval.add_argument("--repo", required=True, help="owner/name")
+    which = approval.add_mutually_exclusive_group(required=True)
+    which.add_argument("--pr", type=int, help="the pull request number")
+    which.add_argument("--sha", help="a commit merged by a pull request (the baseline workflow's push)")
+    approval.add_argument("--label", default=APPROVAL_LABEL)
     return parser
 
 
@@ -561,6 +691,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
 
+    if args.command == "changes":
+        summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
+        report_changes(args.report_dir, step_summary=Path(summary_path) if summary_path else None)
+        return 0
+
+    if args.command == "approval":
+        return _approval(args)
+
     try:
         if args.pr_number <= 0 or not re.fullmatch(r"[0-9a-f]{40}", args.head_sha):
             raise GitHubError(f"implausible PR number {args.pr_number} or head SHA {args.head_sha!r}")
@@ -581,6 +719,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(workflow_command("error", str(exc), "perfguard PR comment"))
         return 1
     print(f"{action} comment {comment_id} on PR #{args.pr_number}")
+    return 0
+
+
+def _approval(args: argparse.Namespace) -> int:
+    """``approval``: print and output ``approved_by`` (empty when nobody approved); 0 either way.
+
+    An API failure is a warning and no approval (fail closed: the regression still fails).
+    """
+    token = os.environ.get("GITHUB_TOKEN")
+    approved: str | None = None
+    try:
+        if not token:
+            raise GitHubError("GITHUB_TOKEN is not set: pass ${{ github.token }} in the step's env")
+        transport = github_transport(os.environ.get("GITHUB_API_URL", "https://api.github.com"), token)
+        number = args.pr if args.pr is not None else pull_for_commit(transport, args.repo, args.sha)
+        if number is None:
+            why = f"no pull request merged {args.sha}"
+        else:
+            approved, why = approver(transport, args.repo, number, args.label)
+    except GitHubError as exc:
+        print(workflow_command("warning", f"{exc}; acceptances stay unapproved", "perfguard approval"))
+        why = "the approval could not be checked"
+    print(f"approval: {why}")
+    output = os.environ.get("GITHUB_OUTPUT")
+    if output:
+        with open(output, "a", encoding="utf-8") as fh:
+            fh.write(f"approved_by={approved or ''}\n")
     return 0
 
 

@@ -88,6 +88,7 @@ def test_verdict_is_a_string_enum() -> None:
         "broken",
         "failed",
         "skipped",
+        "accepted",
     ]
 
 

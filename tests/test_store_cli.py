@@ -12,8 +12,10 @@ import pytest
 from sqlalchemy import text
 
 from perfguard.store import Store
+from perfguard.store.schema import head_revision
 
 ROOT = Path(__file__).resolve().parents[1]
+HEAD = head_revision()  # the newest migration this perfguard ships
 
 
 def perfguard(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -48,13 +50,13 @@ def test_db_upgrade_creates_the_default_store_at_the_repository_root(repo: Path)
     db_file = repo / ".perfguard" / "history.db"
     first = perfguard("db", "upgrade", cwd=repo / "src")
     assert first.returncode == 0, first.stderr
-    assert "created the schema (revision 0002)" in first.stdout
+    assert f"created the schema (revision {HEAD})" in first.stdout
     assert str(db_file) in first.stdout
     assert db_file.is_file()
     again = perfguard("db", "upgrade", cwd=repo)
-    assert again.returncode == 0 and "schema up to date (revision 0002)" in again.stdout
+    assert again.returncode == 0 and f"schema up to date (revision {HEAD})" in again.stdout
     current = perfguard("db", "current", cwd=repo)
-    assert current.returncode == 0 and "revision 0002 (up to date)" in current.stdout
+    assert current.returncode == 0 and f"revision {HEAD} (up to date)" in current.stdout
 
 
 def test_db_current_changes_nothing(repo: Path) -> None:
@@ -108,10 +110,10 @@ def test_db_upgrade_on_postgresql(repo: Path, postgres_url: str) -> None:
     plain = postgres_url.replace("postgresql+psycopg://", "postgresql://")
     result = perfguard("db", "upgrade", "--db", plain, cwd=repo)
     assert result.returncode == 0, result.stderr
-    assert "created the schema (revision 0002)" in result.stdout
+    assert f"created the schema (revision {HEAD})" in result.stdout
     assert "perfguard-test-secret" not in result.stdout and ":***@" in result.stdout
     current = perfguard("db", "current", cwd=repo, env={"PERFGUARD_DB": plain})
-    assert "revision 0002 (up to date)" in current.stdout
+    assert f"revision {HEAD} (up to date)" in current.stdout
 
 
 @pytest.mark.postgres

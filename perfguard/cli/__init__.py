@@ -9,7 +9,10 @@ from __future__ import annotations
 import click
 
 from perfguard import __version__
+from perfguard.cli.accept import accept
+from perfguard.cli.bisect import bisect
 from perfguard.cli.calibrate import calibrate
+from perfguard.cli.changes import changes
 from perfguard.cli.check import check
 from perfguard.cli.db import db
 from perfguard.cli.history import history
@@ -29,10 +32,13 @@ def main() -> None:
     perfguard check --baseline main     compare HEAD with the merge-base of main; exit 1 on regression
     perfguard report --out site         render the static history site
     perfguard history                   the stored series as a table
+    perfguard accept IMPL BENCH --max R --reason WHY   accept an intended regression
+    perfguard bisect --good A --bad B --bench RE       find the commit where a series moved
+    perfguard changes --commit SHA      flag the steps of the baseline branch nobody accepted
 
     Exit codes: 0 ok, 1 regression or failed verification, 2 usage or environment error.
     """
 
 
-for _command in (verify, run, check, report, history, calibrate, db):
+for _command in (verify, run, check, report, history, accept, bisect, changes, calibrate, db):
     main.add_command(_command)

@@ -67,6 +67,15 @@ _path = click.Path(dir_okay=False, path_type=Path)
     help="Where an --untrusted check stores its rounds and the check (default: sqlite file "
     ".perfguard/untrusted.db in the repository). Env PERFGUARD_RESULTS_DB.",
 )
+@click.option(
+    "--accept-approved-by",
+    "accept_approved_by",
+    envvar="PERFGUARD_ACCEPT_APPROVED_BY",
+    default=None,
+    metavar="LOGIN",
+    help="The maintainer who approved the Perfguard-Accept trailers of this PR (the workflow passes it "
+    "when a maintainer applied the perfguard-accept label); without it they are ignored.",
+)
 @click.pass_context
 def check(
     ctx: click.Context,
@@ -84,6 +93,7 @@ def check(
     no_verify: bool,
     untrusted: bool,
     results_db_url: str | None,
+    accept_approved_by: str | None,
 ) -> None:
     """Compare HEAD with the baseline on this machine; exit 1 on a real regression.
 
@@ -114,6 +124,7 @@ def check(
             fresh=fresh,
             verify=not no_verify,
             verify_report=verify_report,
+            accept_approved_by=accept_approved_by,
         )
         _print_verdicts(outcome.result, outcome.stored, bench.store)
         for path in write_reports(
@@ -141,7 +152,7 @@ def _print_verdicts(result: Any, stored: Any, store: Any) -> None:
     for column in ("verdict", "impl", "benchmark", "params", "ratio", "95% CI", "p", "reason"):
         table.add_column(column, overflow="fold")
     style = {"regression": "bold red", "broken": "bold red", "failed": "red", "improvement": "green",
-             "unstable": "yellow"}  # fmt: skip
+             "unstable": "yellow", "accepted": "cyan"}  # fmt: skip
     for item in notable:
         params = formatting.params_label({k: v for k, v in item.params.items() if k != "impl"})
         ci = f"{item.ci_low:.2f}–{item.ci_high:.2f}" if item.ci_low and item.ci_high else ""

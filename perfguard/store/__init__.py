@@ -74,6 +74,22 @@ Reading history (the site and ``perfguard history``; never loads samples)::
     store.machines() -> list[StoredMachine]
     store.distinct("impl" | "benchmark" | "machine") -> list[str]
 
+Acceptances and change points (``perfguard.accept``, ``perfguard.changepoints``;
+docs/living-with-regressions.md)::
+
+    store.record_acceptances(commit: CommitRecord, acceptances: Sequence[AcceptanceRecord],
+                             created_at=None) -> list[StoredAcceptance]
+        # one transaction; an identical stored acceptance is reused; a trusted one also accepts the
+        # flagged change points of that commit it covers within its ceiling
+    store.acceptances(shas=None, *, trusted_only=False) -> list[StoredAcceptance]  # oldest first
+    store.record_change_points(machine, commit, previous: CommitRecord, *, profile,
+                               points: Sequence[ChangePointRecord], detected_at=None)
+        -> list[StoredChangePoint]     # one row per (machine, commit, benchmark, params_key), upserted
+    store.change_points(machine_key=None, sha=None, benchmark=None, params_key=None,
+                        flagged_only=False) -> list[StoredChangePoint]   # by commit date
+        # .flagged (no trusted acceptance covers it), .acceptance, .cause ("torch 2.12.0 → 2.13.0")
+    store.measured_shas(machine_key, profile, shas, purposes=...) -> set[str]
+
 ``params_key(params)`` builds the canonical ``k=v,k=v`` key; ``ResultRecord`` fills it in (and
 ``n_samples``, and the median / quartiles of ``samples`` when not given) by itself.  Samples
 that are NaN or infinite are ignored (docs/verdicts.md): dropped and counted in
@@ -101,6 +117,14 @@ from perfguard.store.records import (
     StoredRun,
     params_key,
 )
+from perfguard.store.regressions import (
+    ACCEPTANCE_SOURCES,
+    AcceptanceRecord,
+    ChangePointRecord,
+    StoredAcceptance,
+    StoredChangePoint,
+    short_benchmark,
+)
 from perfguard.store.schema import SchemaState
 from perfguard.store.store import ResultsByKey, Store
 from perfguard.store.url import (
@@ -115,6 +139,7 @@ from perfguard.store.url import (
 )
 
 __all__ = [
+    "ACCEPTANCE_SOURCES",
     "DIRECTIONS",
     "MEASUREMENT_PURPOSES",
     "METRICS",
@@ -122,6 +147,8 @@ __all__ = [
     "RESULTS_ENV_VAR",
     "RESULT_STATUSES",
     "UNTRUSTED_ENV_VAR",
+    "AcceptanceRecord",
+    "ChangePointRecord",
     "CheckItemRecord",
     "CommitRecord",
     "MachineRecord",
@@ -133,6 +160,8 @@ __all__ = [
     "SeriesPoint",
     "Store",
     "StoreURL",
+    "StoredAcceptance",
+    "StoredChangePoint",
     "StoredCheck",
     "StoredCheckItem",
     "StoredCommit",
@@ -145,4 +174,5 @@ __all__ = [
     "resolve",
     "resolve_results",
     "untrusted_from_env",
+    "short_benchmark",
 ]

@@ -252,3 +252,70 @@ class CheckItem(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
 
     check: Mapped[Check] = relationship(back_populates="items")
+
+
+class Acceptance(Base):
+    """An intended regression, accepted at a commit: scope, ratio ceiling, reason, who, and trust.
+
+    Written by ``perfguard accept`` (a maintainer), or from a ``Perfguard-Accept:`` trailer that a
+    maintainer approved.  Only ``trusted`` rows turn a regression into ``accepted``
+    (docs/living-with-regressions.md); the rest are kept to show what was asked for.
+    """
+
+    __tablename__ = "acceptances"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"), index=True)
+    impl: Mapped[str] = mapped_column(String(128))  # shell glob
+    benchmark: Mapped[str] = mapped_column(String(255))  # shell glob on the name without asv's module
+    metric: Mapped[str | None] = mapped_column(String(32))  # None: every metric
+    params: Mapped[dict[str, Any]]  # {name: glob on the value's text}
+    ceiling: Mapped[float] = mapped_column(Float)  # largest accepted ratio (> 1 = worse)
+    reason: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(16))  # command | trailer
+    author: Mapped[str] = mapped_column(String(255))  # who wrote it (the trailer's commit author)
+    approved_by: Mapped[str | None] = mapped_column(String(255))  # the maintainer who approved a trailer
+    trusted: Mapped[bool] = mapped_column(Boolean)
+    created_at: Mapped[datetime]
+
+    commit: Mapped[Commit] = relationship()
+
+
+class ChangePoint(Base):
+    """A step between two recorded commits of one series on one machine key (the baseline branch).
+
+    ``perfguard changes`` records one row per benchmark x params whose value at ``commit`` moved
+    beyond its threshold from ``previous`` (the commit recorded before it on the first-parent
+    history).  ``acceptance_id`` is set when a trusted acceptance covers the step; otherwise the
+    step is *flagged*.  ``cause`` names a software change between the two runs when there is one.
+    """
+
+    __tablename__ = "change_points"
+    __table_args__ = (UniqueConstraint("machine_id", "commit_id", "benchmark", "params_key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    machine_id: Mapped[int] = mapped_column(ForeignKey("machines.id"), index=True)
+    commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"), index=True)
+    previous_commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"))
+    profile: Mapped[str] = mapped_column(String(32))
+    benchmark: Mapped[str] = mapped_column(String(255))
+    impl: Mapped[str] = mapped_column(String(128))
+    params: Mapped[dict[str, Any]]
+    params_key: Mapped[str] = mapped_column(String(512))
+    metric: Mapped[str] = mapped_column(String(32))
+    unit: Mapped[str] = mapped_column(String(32))
+    direction: Mapped[str] = mapped_column(String(8))
+    before: Mapped[float] = mapped_column(Float)  # the previous commit's median
+    after: Mapped[float] = mapped_column(Float)  # this commit's median
+    ratio: Mapped[float] = mapped_column(Float)  # oriented: > 1 is worse
+    threshold: Mapped[float] = mapped_column(Float)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    cause: Mapped[str | None] = mapped_column(Text)  # "torch 2.12.0 → 2.13.0" when software changed
+    software_changes: Mapped[dict[str, Any]]  # {name: [before, after]}
+    acceptance_id: Mapped[int | None] = mapped_column(ForeignKey("acceptances.id"))
+    detected_at: Mapped[datetime]
+
+    machine: Mapped[Machine] = relationship()
+    commit: Mapped[Commit] = relationship(foreign_keys=[commit_id])
+    previous_commit: Mapped[Commit] = relationship(foreign_keys=[previous_commit_id])
+    acceptance: Mapped[Acceptance | None] = relationship()

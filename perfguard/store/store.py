@@ -25,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, joinedload, selectinload
 
 from perfguard.errors import StoreError
-from perfguard.store import history, schema
+from perfguard.store import history, regressions, schema
 from perfguard.store.engine import NO_SPACE, READ_ONLY_HINT, WRITE_OPTION, create, explain
 from perfguard.store.models import Check, CheckItem, Commit, Machine, Result, ResultData, Run
 from perfguard.store.records import (
@@ -45,6 +45,12 @@ from perfguard.store.records import (
     require_aware,
     require_json,
     require_text,
+)
+from perfguard.store.regressions import (
+    AcceptanceRecord,
+    ChangePointRecord,
+    StoredAcceptance,
+    StoredChangePoint,
 )
 from perfguard.store.url import StoreURL, resolve
 
@@ -654,6 +660,136 @@ class Store:
                     for item in sorted(check.items, key=lambda item: item.id)
                 ),
             )
+
+    # --- acceptances and change points (perfguard.accept, perfguard.changepoints) -----------------
+
+    def record_acceptances(
+        self,
+        commit: CommitRecord,
+        acceptances: Sequence[AcceptanceRecord],
+        *,
+        created_at: datetime | None = None,
+    ) -> list[StoredAcceptance]:
+        """Store acceptances of one commit in one transaction (an identical stored one is reused).
+
+        A trusted acceptance also accepts the flagged change points of that commit that it covers
+        within its ceiling: a maintainer acknowledging a step on the baseline branch after the fact.
+        """
+        created_at = datetime.now(timezone.utc) if created_at is None else created_at
+        _check("commit", commit.validate)
+        _check("created_at", lambda: require_aware("created_at", created_at))
+        for i, record in enumerate(acceptances, start=1):
+            _check(f"acceptance {i} of {len(acceptances)}", record.validate)
+        with self._writing("recording an acceptance in") as session:
+            commit_id = self._upsert_commit(session, commit)
+            ids = regressions.insert_acceptances(session, commit_id, acceptances, created_at)
+        with self._reading("reading acceptances from") as session:
+            stored = {a.id: a for a in regressions.acceptances(session, ids=ids, trusted_only=False)}
+        return [stored[i] for i in ids]
+
+    def acceptances(
+        self, shas: Sequence[str] | None = None, *, trusted_only: bool = False
+    ) -> list[StoredAcceptance]:
+        """The acceptances of these commits (every commit when None), oldest first.
+
+        A check reads the trusted ones of the commits between its baseline and HEAD; the site shows
+        all of them at their commit (``trusted`` says which ones count).
+        """
+        with self._reading("reading acceptances from") as session:
+            return regressions.acceptances(session, shas=shas, trusted_only=trusted_only)
+
+    def record_change_points(
+        self,
+        machine: MachineRecord,
+        commit: CommitRecord,
+        previous: CommitRecord,
+        *,
+        profile: str,
+        points: Sequence[ChangePointRecord],
+        detected_at: datetime | None = None,
+    ) -> list[StoredChangePoint]:
+        """Store the steps found at ``commit`` (against ``previous``) in one transaction.
+
+        Finding the same step again updates it (values, cause, acceptance), so running the
+        detection twice for one commit leaves one row per series.
+        """
+        detected_at = datetime.now(timezone.utc) if detected_at is None else detected_at
+        _check("machine", machine.validate)
+        _check("commit", commit.validate)
+        _check("previous commit", previous.validate)
+        _check("profile", lambda: require_text("profile", profile, 32))
+        _check("detected_at", lambda: require_aware("detected_at", detected_at))
+        for i, point in enumerate(points, start=1):
+            _check(
+                f"change point {i} of {len(points)} ({point.benchmark}({point.params_key}))", point.validate
+            )
+        if not points:
+            return []
+        with self._writing("recording change points in") as session:
+            ids = regressions.upsert_change_points(
+                session,
+                machine_id=self._upsert_machine(session, machine),
+                commit_id=self._upsert_commit(session, commit),
+                previous_commit_id=self._upsert_commit(session, previous),
+                profile=profile,
+                points=points,
+                detected_at=detected_at,
+            )
+        with self._reading("reading change points from") as session:
+            stored = {p.id: p for p in regressions.change_points(session, ids=ids)}
+        return [stored[i] for i in ids]
+
+    def change_points(
+        self,
+        *,
+        machine_key: str | None = None,
+        sha: str | None = None,
+        benchmark: str | None = None,
+        params_key: str | None = None,
+        flagged_only: bool = False,
+    ) -> list[StoredChangePoint]:
+        """Stored steps of the baseline branch, oldest commit first (for the site and the job summary).
+
+        ``flagged_only``: only the steps that no trusted acceptance covers.
+        """
+        with self._reading("reading change points from") as session:
+            return regressions.change_points(
+                session,
+                machine_key=machine_key,
+                sha=sha,
+                benchmark=benchmark,
+                params_key=params_key,
+                flagged_only=flagged_only,
+            )
+
+    def measured_shas(
+        self,
+        machine_key: str,
+        profile: str,
+        shas: Sequence[str],
+        purposes: Sequence[str] = MEASUREMENT_PURPOSES,
+        *,
+        trusted_only: bool = False,
+    ) -> set[str]:
+        """Which of ``shas`` have a complete run on this machine key and profile (one query)."""
+        if not shas:
+            return set()
+        stmt = (
+            select(Commit.sha)
+            .join(Run, Run.commit_id == Commit.id)
+            .join(Machine, Run.machine_id == Machine.id)
+            .where(
+                Machine.key == machine_key,
+                Commit.sha.in_(list(shas)),
+                Run.profile == profile,
+                Run.purpose.in_(list(purposes)),
+                Run.status == "complete",
+                *([Run.trusted.is_(True)] if trusted_only else []),
+            )
+            .distinct()
+        )
+        with self._reading("reading runs from") as session:
+            return set(session.scalars(stmt))
 
     # --- history -----------------------------------------------------------------------------------
 

@@ -1,0 +1,161 @@
+"""``perfguard changes``: after the baseline workflow records a commit, flag the steps nobody accepted.
+
+Options and output only; the detection is :func:`perfguard.changepoints.detect`.  Exit 0 (also
+with flagged steps, unless ``--exit-code``), 1 with ``--exit-code`` when a step is flagged, 2 on
+usage or environment errors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from perfguard.cli.options import db_option, profile_option
+
+if TYPE_CHECKING:
+    from perfguard.store import StoredChangePoint
+
+_path = click.Path(dir_okay=False, path_type=Path)
+
+
+@click.command()
+@click.option("--commit", "rev", default="HEAD", show_default=True, help="The recorded commit to look at.")
+@click.option(
+    "--machine",
+    "machine_key",
+    default=None,
+    metavar="KEY",
+    help="Machine key of the history (default: this machine's, as `perfguard run` stores it).",
+)
+@profile_option
+@click.option(
+    "--threshold",
+    type=float,
+    default=None,
+    help="Step that counts, as a fraction (default 0.20, or [tool.perfguard] threshold and overrides).",
+)
+@click.option(
+    "--window",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="A step must also clear the median of this many recorded commits before it.",
+)
+@click.option(
+    "--accept-approved-by",
+    "approved_by",
+    envvar="PERFGUARD_ACCEPT_APPROVED_BY",
+    default=None,
+    metavar="LOGIN",
+    help="Trust the Perfguard-Accept trailers of the new commits: LOGIN, a maintainer, approved them "
+    "(the workflow checks the approval label's actor). Env PERFGUARD_ACCEPT_APPROVED_BY.",
+)
+@db_option
+@click.option("--json", "json_path", type=_path, default=None, help="Write the steps as JSON here.")
+@click.option(
+    "--markdown", "markdown_path", type=_path, default=None, help="Write the job-summary section here."
+)
+@click.option("--exit-code", "exit_code", is_flag=True, help="Exit 1 when a step is flagged.")
+@click.option(
+    "--list", "list_only", is_flag=True, help="List the stored steps instead (--flagged: unaccepted only)."
+)
+@click.option("--flagged", is_flag=True, help="With --list: only the steps no acceptance covers.")
+@click.pass_context
+def changes(
+    ctx: click.Context,
+    rev: str,
+    machine_key: str | None,
+    profile: str,
+    threshold: float | None,
+    window: int,
+    approved_by: str | None,
+    db_url: str | None,
+    json_path: Path | None,
+    markdown_path: Path | None,
+    exit_code: bool,
+    list_only: bool,
+    flagged: bool,
+) -> None:
+    """Compare a recorded commit of the baseline branch with the recent history of its machine key.
+
+    \b
+    A step beyond the threshold against the commit recorded before it (and the median of the last
+    --window ones) is stored; it is flagged unless a trusted acceptance of the new commits covers
+    it (`perfguard accept`, or an approved Perfguard-Accept trailer). A software change between
+    the two runs (torch, driver, CUDA, cuDNN) is named as the likely cause.
+    """
+    from perfguard.changepoints import detect
+    from perfguard.cli.measure import say
+    from perfguard.config import find_pyproject, load_config
+    from perfguard.errors import UsageError
+    from perfguard.files import write_atomic
+    from perfguard.gitrepo import repo_root, rev_parse
+    from perfguard.store import Store
+
+    root = repo_root()
+    if list_only:
+        with Store.open(db_url, cwd=root) as store:
+            _print_steps(store.change_points(machine_key=machine_key, flagged_only=flagged))
+        return
+    if flagged:
+        raise UsageError("--flagged goes with --list", hint="perfguard changes --list --flagged")
+    config = load_config(find_pyproject(root), threshold=threshold)
+    sha = rev_parse(root, rev)
+    key, profile_name = _machine_and_profile(machine_key, profile)
+    with Store.open(db_url, cwd=root) as store:
+        found = detect(
+            store, root, machine_key=key, sha=sha, profile=profile_name, config=config, window=window,
+            approved_by=approved_by,
+        )  # fmt: skip
+    if json_path is not None:
+        write_atomic(json_path, json.dumps(found.to_json(), indent=2) + "\n")
+        say(f"wrote {json_path}")
+    markdown = found.to_markdown()
+    if markdown_path is not None:
+        write_atomic(markdown_path, markdown)
+        say(f"wrote {markdown_path}")
+    click.echo(markdown.rstrip())
+    if exit_code:
+        ctx.exit(found.exit_code)
+
+
+def _machine_and_profile(machine_key: str | None, profile: str) -> tuple[str, str]:
+    """The machine key (given, or this machine's fingerprint) and the profile's resolved name.
+
+    ``auto`` resolves as ``perfguard run`` does on that machine: a ``cpu:`` key has no GPU.
+    """
+    from perfguard import profiles
+
+    if machine_key is None:
+        from perfguard.machine import fingerprint
+
+        machine = fingerprint()
+        return machine.key, profiles.resolve(profile, cuda=machine.has_cuda).name
+    return machine_key, profiles.resolve(profile, cuda=not machine_key.startswith("cpu:")).name
+
+
+def _print_steps(steps: Sequence[StoredChangePoint]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, 160)
+    if not steps:
+        console.print(Text("no steps stored"))
+        return
+    table = Table(title="perfguard steps on the baseline branch", title_justify="left")
+    for column in ("commit", "machine", "impl", "benchmark", "params", "ratio", "status", "cause"):
+        table.add_column(column, overflow="fold")
+    for s in steps:
+        status = f"accepted by {s.acceptance.author}" if s.acceptance is not None else "flagged"
+        params = ", ".join(f"{k}={v}" for k, v in sorted(s.params.items()) if k != "impl")
+        cells = (s.sha[:10], s.machine_key, s.impl, s.benchmark.split(".", 1)[-1], params, f"{s.ratio:.3f}",
+                 status, s.cause or "")  # fmt: skip
+        table.add_row(*(Text(c) for c in cells))
+    console.print(table)
