@@ -173,6 +173,6 @@ __all__ = [
     "params_key",
     "resolve",
     "resolve_results",
-    "untrusted_from_env",
     "short_benchmark",
+    "untrusted_from_env",
 ]
