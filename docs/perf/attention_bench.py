@@ -619,7 +619,8 @@ def main() -> None:
             b.failures.append(f"warning: {str(w.message)[:300]}")
     from attention import _merge
 
-    info["merge"] = "torch" if (_merge._TRITON_FAILED or not b.cuda or not info["triton"]) else "triton"
+    wanted = os.environ.get("ATTENTION_MERGE", "torch") == "triton"
+    info["merge"] = "triton" if (wanted and b.cuda and info["triton"] and not _merge._TRITON_FAILED) else "torch"
     info["wall_s"] = round(time.perf_counter() - t0, 1)
     out_dir = Path(os.environ.get("OUT", "."))
     out_dir.mkdir(parents=True, exist_ok=True)
