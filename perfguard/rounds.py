@@ -312,6 +312,16 @@ class RoundRunner:
             remaining = [x for x in plan if x not in finished]
             if not remaining:
                 break
+        if plan == []:
+            from perfguard.errors import UsageError
+
+            raise UsageError(
+                f"the benchmark selection {list(bench)!r} matches no benchmark of the suite in profile "
+                f"{self.profile.name!r}",
+                hint="--bench is matched against asv's 'name(params)' labels, e.g. "
+                "\"Forward\\.track_time\\('improved', 4096\" (benchmarks: Forward.track_time, "
+                "ForwardBackward.track_time, PeakMemory.track_*, Work.track_*; the profile's lengths)",
+            )
         results = self._records(plan or [], finished)
         wall = time.monotonic() - clock
         measured = [e for e in finished.values() if isinstance(e.get("seconds"), (int, float))]

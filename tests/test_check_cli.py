@@ -156,8 +156,10 @@ def repo(origin: Path, tmp_path: Path) -> Path:
     return clone
 
 
-def perfguard(repo: Path, *args: str, db: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PERFGUARD_DB": db, "PYTHONUNBUFFERED": "1"}
+def perfguard(
+    repo: Path, *args: str, db: str, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PERFGUARD_DB": db, "PYTHONUNBUFFERED": "1", **(env or {})}
     env.pop("PERFGUARD_ASV", None)
     return subprocess.run(
         [sys.executable, "-m", "perfguard", *args],

@@ -1,0 +1,255 @@
+"""Issue 13 at the command line, on real git repositories and real stores.
+
+- Hole 1: a PR job (``perfguard check --untrusted``) can write fake, 8x slower runs of the baseline's
+  commit only where the check never reads a baseline (its own results store), and the history store
+  it reads is opened read-only: the planted 4x slowdown still fails (exit 1) on SQLite and
+  PostgreSQL.
+- W3: the compilation caches of an untrusted check's benchmark processes are the ``untrusted``
+  domain's, never the directory a trusted (baseline) run loads kernels from.
+- D6: an interruption after a side was stored says so, instead of "nothing was stored".
+- Hostile names (rich markup, HTML, SQL, a formula, ``../``, unicode) go through ``run`` and
+  ``check`` without a crash and are printed as written.
+
+The verdicts asserted come from the work metrics (exact on a busy CI machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from test_check_cli import BENCH, QUADRUPLE, git, perfguard, report, sqlite_url, work_items
+
+from perfguard.profiles import SUITE_VERSION
+from perfguard.store import ResultRecord, RunRecord, Store
+
+MACHINE_KEY_CMD = [
+    sys.executable,
+    "-c",
+    "from perfguard.machine import fingerprint; print(fingerprint().key)",
+]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """The project trimmed to dilated and improved, with a ``quadruple`` branch (dilated does 4x)."""
+    import shutil
+
+    from test_check_cli import TRIM, tracked_files
+
+    root = Path(__file__).resolve().parents[1]
+    repo = tmp_path / "project"
+    for name in tracked_files():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name, repo / name)
+    with (repo / "attention" / "registry.py").open("a") as fh:
+        fh.write(TRIM)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    git(repo, "checkout", "-q", "-b", "quadruple")
+    with (repo / "attention" / "registry.py").open("a") as fh:
+        fh.write(QUADRUPLE)
+    git(repo, "commit", "-qam", "quadruple")
+    git(repo, "checkout", "-q", "main")
+    return repo
+
+
+def untrusted_flow(repo: Path, db: str, tmp_path: Path) -> None:
+    recorded = perfguard(repo, "run", "--bench", BENCH, db=db)  # main's workflow: trusted
+    assert recorded.returncode == 0, recorded.stderr
+    main_sha = git(repo, "rev-parse", "main")
+    results_db = f"sqlite:///{tmp_path / 'pr-results.db'}"
+    # the PR job: its code can write only its own results store, never the history store
+    _plant_into(results_db, db, repo, main_sha)
+    git(repo, "checkout", "-q", "quadruple")
+    before = _counts(db)
+    result = perfguard(repo, "check", "--baseline", "main", "--bench", BENCH, "--untrusted", "--results-db",
+                       results_db, "--json", str(tmp_path / "r.json"), db=db)  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "read-only" in result.stderr and "come from the merge-base" in result.stderr
+    dilated = work_items(report(tmp_path / "r.json"), "dilated")
+    assert dilated and all(i["verdict"] == "regression" and i["ratio"] == pytest.approx(4.0) for i in dilated)
+    assert _counts(db) == before  # the history store was not written by the untrusted check
+    with Store.open(results_db) as results:
+        assert results.get_check(1) is not None  # the check went to the results store
+
+
+def _plant_into(results_db: str, history_db: str, repo: Path, sha: str) -> None:
+    """Ten 8x-slower runs of main's commit where the PR job can write them: its results store."""
+    from perfguard.measuring import commit_record
+    from perfguard.store import MachineRecord
+
+    key = subprocess.run(MACHINE_KEY_CMD, capture_output=True, text=True, check=True, cwd=repo).stdout.strip()
+    with Store.open(history_db, read_only=True) as history:
+        stored = history.results_for(key, sha, "quick", trusted_only=True)
+    assert stored
+    with Store.open(results_db) as results:
+        runs = []
+        for i in range(10):
+            records = [
+                ResultRecord(
+                    benchmark=r.benchmark,
+                    impl=r.impl,
+                    params=dict(r.params),
+                    metric=r.metric,
+                    unit=r.unit,
+                    direction=r.direction,
+                    gated=r.gated,
+                    method=r.method,
+                    info=dict(r.info),
+                    samples=[s * 8.0 for s in (r.samples or [r.value])],
+                )
+                for r in (rounds[0] for rounds in stored.values())
+                if r.status == "ok"
+            ]
+            now = datetime.now(timezone.utc)
+            runs.append(RunRecord(profile="quick", purpose="run", round=i, trusted=True, results=records,
+                                  settings={"suite_version": SUITE_VERSION, "bench": None},
+                                  started_at=now, finished_at=now))  # fmt: skip
+        # even marked trusted, they are in a store the check never reads baselines from
+        results.record_runs(MachineRecord(key=key, kind="cpu", label=key), commit_record(repo, sha), runs)
+    with pytest.raises(Exception, match="read-only"), Store.open(history_db, read_only=True) as history:
+        history.record_runs(MachineRecord(key=key, kind="cpu", label=key), commit_record(repo, sha), runs)
+
+
+def _counts(url: str) -> dict[str, int]:
+    from sqlalchemy import create_engine, inspect, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            names = inspect(conn).get_table_names()
+            return {n: conn.execute(text(f'SELECT COUNT(*) FROM "{n}"')).scalar_one() for n in names}
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.slow
+def test_pr_code_cannot_move_the_baseline_on_sqlite(repo: Path, tmp_path: Path) -> None:
+    untrusted_flow(repo, sqlite_url(tmp_path), tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_pr_code_cannot_move_the_baseline_on_postgresql(
+    repo: Path, tmp_path: Path, postgres_url: str
+) -> None:
+    untrusted_flow(repo, postgres_url, tmp_path)
+
+
+CACHE_SPY = """
+
+# --- tests/test_trust_cli.py: where this benchmark process would write compiled kernels ---
+import os as _spy_os
+
+_spy_path = _spy_os.environ.get("PERFGUARD_TEST_CACHE_SPY")
+if _spy_path and _spy_os.environ.get("PERFGUARD_PROFILE"):
+    with open(_spy_path, "a") as _spy_file:
+        _spy_file.write(_spy_os.environ.get("TORCHINDUCTOR_CACHE_DIR", "") + "\\n")
+        _spy_file.write(_spy_os.environ.get("TRITON_CACHE_DIR", "") + "\\n")
+"""
+
+
+def test_untrusted_benchmark_processes_compile_into_their_own_cache(repo: Path, tmp_path: Path) -> None:
+    db = sqlite_url(tmp_path)
+    spy = tmp_path / "caches.txt"
+    caches = tmp_path / "caches"
+    env = {"PERFGUARD_CACHE_DIR": str(caches), "PERFGUARD_TEST_CACHE_SPY": str(spy)}
+    with (repo / "attention" / "registry.py").open("a") as fh:
+        fh.write(CACHE_SPY)
+    git(repo, "commit", "-qam", "spy on main")
+    trusted = perfguard(repo, "run", "--bench", BENCH, "--rounds", "1", db=db, env=env)  # main's workflow
+    assert trusted.returncode == 0, trusted.stderr
+    trusted_dirs = set(spy.read_text().split())
+    assert trusted_dirs and all(d.startswith(str(caches / "trusted")) for d in trusted_dirs)
+    spy.unlink()
+    git(repo, "checkout", "-q", "-b", "pr")
+    with (repo / "attention" / "dilated.py").open("a") as fh:
+        fh.write("\n# a pull request\n")
+    git(repo, "commit", "-qam", "pr")
+    results_db = f"sqlite:///{tmp_path / 'r.db'}"
+    result = perfguard(repo, "check", "--baseline", "main", "--bench", BENCH, "--rounds", "1", "--untrusted",
+                       "--results-db", results_db, "--no-verify", db=db, env=env)  # fmt: skip
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    untrusted_dirs = set(spy.read_text().split())
+    assert untrusted_dirs and all(d.startswith(str(caches / "untrusted")) for d in untrusted_dirs)
+
+
+@pytest.mark.slow
+def test_an_interruption_after_a_side_was_stored_says_so(repo: Path, tmp_path: Path) -> None:
+    """D6: SIGTERM during the re-measurement; both sides' rounds are stored and the message says so."""
+    db = sqlite_url(tmp_path)
+    git(repo, "checkout", "-q", "quadruple")
+    env = {**os.environ, "PERFGUARD_DB": db, "PYTHONUNBUFFERED": "1"}
+    bench = r"Forward\.track_time\('dilated', 512,"  # a 4x forward time is a suspect: re-measured
+    command = [
+        sys.executable,
+        "-m",
+        "perfguard",
+        "check",
+        "--baseline",
+        "main",
+        "--bench",
+        bench,
+        "--no-verify",
+    ]
+    proc = subprocess.Popen(command, cwd=repo, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            text=True)  # fmt: skip
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "re-measuring" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=300) == 2, "".join(seen) + rest
+    assert "interrupted" in rest and "the rounds that finished before it are stored" in rest
+    assert "nothing of this measurement was stored" not in rest
+    runs = _counts(db)["runs"]
+    assert runs == 6  # 3 + 3 stage-1 rounds; no round of the interrupted re-measurement
+
+
+HOSTILE = "evil[/oops]<script>alert(1)</script>'; DROP TABLE runs;--=1+1../ß"
+HOSTILE_IMPL = f"""
+
+# --- tests/test_trust_cli.py: an implementation with a hostile name ---
+import dataclasses as _hostile_dc
+
+_hostile_spec = _hostile_dc.replace(REGISTRY["dilated"], name={HOSTILE!r})
+REGISTRY = _fixture_types.MappingProxyType({{**REGISTRY, {HOSTILE!r}: _hostile_spec}})
+"""
+HOSTILE_FACTORY = f"""
+
+# --- tests/test_trust_cli.py: the factory knows it ---
+CLASSES = MappingProxyType({{**CLASSES, {HOSTILE!r}: "attention.dilated:DilatedAttention"}})
+"""
+
+
+def test_hostile_names_go_through_run_and_check_as_written(repo: Path, tmp_path: Path) -> None:
+    db = sqlite_url(tmp_path)
+    with (repo / "attention" / "registry.py").open("a") as fh:
+        fh.write(HOSTILE_IMPL)
+    with (repo / "attention" / "factory.py").open("a") as fh:
+        fh.write(HOSTILE_FACTORY)
+    git(repo, "commit", "-qam", "hostile")
+    bench = r"Work\.track_forward_ops\(.evil"  # repr() quotes the name with " (it holds a ')
+    run = perfguard(repo, "run", "--bench", bench, "--rounds", "1", db=db)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr and "[/oops]" in run.stdout
+    out = tmp_path / "c.json"
+    check = perfguard(repo, "check", "--baseline", "main", "--bench", bench, "--rounds", "1", "--no-verify",
+                      "--fresh", "--json", str(out), "--markdown", str(tmp_path / "c.md"),
+                      "--html", str(tmp_path / "c.html"), db=db)  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "Traceback" not in check.stderr
+    items = json.loads(out.read_text())["items"]
+    assert {i["impl"] for i in items} == {HOSTILE}
+    assert "<script>alert(1)</script>" not in (tmp_path / "c.html").read_text()
