@@ -105,6 +105,15 @@ CLASSES = MappingProxyType({**CLASSES, "dilated_twin": "attention.dilated:Dilate
 """
 
 
+BRANCHES = (
+    ("double", [("attention/registry.py", DOUBLE)]),
+    ("quadruple", [("attention/registry.py", QUADRUPLE)]),
+    ("comment", [("attention/dilated.py", "\n# A comment changed; the code did not.\n")]),
+    ("wrong", [("attention/registry.py", WRONG)]),
+    ("new-impl", [("attention/registry.py", NEW_IMPL), ("attention/factory.py", NEW_IMPL_FACTORY)]),
+)
+
+
 def git(cwd: Path, *args: str) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}  # fmt: skip
@@ -118,10 +127,8 @@ def tracked_files() -> list[str]:
     return [f for f in out.decode().split("\0") if f and (ROOT / f).is_file()]
 
 
-@pytest.fixture(scope="module")
-def origin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project as a git repository: main (trimmed) and the branches of the module docstring."""
-    repo = tmp_path_factory.mktemp("origin") / "project"
+def build_origin(repo: Path) -> Path:
+    """The project as a git repository at ``repo``: main (trimmed) and the docstring's branches."""
     for name in tracked_files():
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, repo / name)
@@ -130,13 +137,7 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
-    for branch, changes in (
-        ("double", [("attention/registry.py", DOUBLE)]),
-        ("quadruple", [("attention/registry.py", QUADRUPLE)]),
-        ("comment", [("attention/dilated.py", "\n# A comment changed; the code did not.\n")]),
-        ("wrong", [("attention/registry.py", WRONG)]),
-        ("new-impl", [("attention/registry.py", NEW_IMPL), ("attention/factory.py", NEW_IMPL_FACTORY)]),
-    ):
+    for branch, changes in BRANCHES:
         git(repo, "checkout", "-q", "-b", branch, "main")
         for path, addition in changes:
             with (repo / path).open("a") as fh:
@@ -146,14 +147,23 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-@pytest.fixture
-def repo(origin: Path, tmp_path: Path) -> Path:
+def fresh_clone(origin: Path, tmp_path: Path) -> Path:
     """A fresh clone of the project for one test (its own work tree, all branches local)."""
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(origin), str(clone))
-    for branch in ("double", "quadruple", "comment", "wrong", "new-impl"):
+    for branch, _ in BRANCHES:
         git(clone, "branch", "-q", branch, f"origin/{branch}")
     return clone
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_origin(tmp_path_factory.mktemp("origin") / "project")
+
+
+@pytest.fixture
+def repo(origin: Path, tmp_path: Path) -> Path:
+    return fresh_clone(origin, tmp_path)
 
 
 def perfguard(

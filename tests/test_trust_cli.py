@@ -24,7 +24,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from test_check_cli import BENCH, QUADRUPLE, git, perfguard, report, sqlite_url, work_items
+from test_check_cli import (
+    BENCH,
+    build_origin,
+    fresh_clone,
+    git,
+    perfguard,
+    report,
+    sqlite_url,
+    table_counts,
+    work_items,
+)
 
 from perfguard.profiles import SUITE_VERSION
 from perfguard.store import ResultRecord, RunRecord, Store
@@ -36,29 +46,15 @@ MACHINE_KEY_CMD = [
 ]
 
 
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """test_check_cli's trimmed project with its branches (``quadruple``: dilated does 4x)."""
+    return build_origin(tmp_path_factory.mktemp("origin") / "project")
+
+
 @pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """The project trimmed to dilated and improved, with a ``quadruple`` branch (dilated does 4x)."""
-    import shutil
-
-    from test_check_cli import TRIM, tracked_files
-
-    root = Path(__file__).resolve().parents[1]
-    repo = tmp_path / "project"
-    for name in tracked_files():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(root / name, repo / name)
-    with (repo / "attention" / "registry.py").open("a") as fh:
-        fh.write(TRIM)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
-    git(repo, "checkout", "-q", "-b", "quadruple")
-    with (repo / "attention" / "registry.py").open("a") as fh:
-        fh.write(QUADRUPLE)
-    git(repo, "commit", "-qam", "quadruple")
-    git(repo, "checkout", "-q", "main")
-    return repo
+def repo(origin: Path, tmp_path: Path) -> Path:
+    return fresh_clone(origin, tmp_path)
 
 
 def untrusted_flow(repo: Path, db: str, tmp_path: Path) -> None:
@@ -69,14 +65,14 @@ def untrusted_flow(repo: Path, db: str, tmp_path: Path) -> None:
     # the PR job: its code can write only its own results store, never the history store
     _plant_into(results_db, db, repo, main_sha)
     git(repo, "checkout", "-q", "quadruple")
-    before = _counts(db)
+    before = table_counts(db)
     result = perfguard(repo, "check", "--baseline", "main", "--bench", BENCH, "--untrusted", "--results-db",
                        results_db, "--json", str(tmp_path / "r.json"), db=db)  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr
     assert "read-only" in result.stderr and "come from the merge-base" in result.stderr
     dilated = work_items(report(tmp_path / "r.json"), "dilated")
     assert dilated and all(i["verdict"] == "regression" and i["ratio"] == pytest.approx(4.0) for i in dilated)
-    assert _counts(db) == before  # the history store was not written by the untrusted check
+    assert table_counts(db) == before  # the history store was not written by the untrusted check
     with Store.open(results_db) as results:
         assert results.get_check(1) is not None  # the check went to the results store
 
@@ -117,18 +113,6 @@ def _plant_into(results_db: str, history_db: str, repo: Path, sha: str) -> None:
         results.record_runs(MachineRecord(key=key, kind="cpu", label=key), commit_record(repo, sha), runs)
     with pytest.raises(Exception, match="read-only"), Store.open(history_db, read_only=True) as history:
         history.record_runs(MachineRecord(key=key, kind="cpu", label=key), commit_record(repo, sha), runs)
-
-
-def _counts(url: str) -> dict[str, int]:
-    from sqlalchemy import create_engine, inspect, text
-
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            names = inspect(conn).get_table_names()
-            return {n: conn.execute(text(f'SELECT COUNT(*) FROM "{n}"')).scalar_one() for n in names}
-    finally:
-        engine.dispose()
 
 
 @pytest.mark.slow
@@ -213,7 +197,7 @@ def test_an_interruption_after_a_side_was_stored_says_so(repo: Path, tmp_path: P
     assert proc.wait(timeout=300) == 2, "".join(seen) + rest
     assert "interrupted" in rest and "the rounds that finished before it are stored" in rest
     assert "nothing of this measurement was stored" not in rest
-    runs = _counts(db)["runs"]
+    runs = table_counts(db)["runs"]
     assert runs == 6  # 3 + 3 stage-1 rounds; no round of the interrupted re-measurement
 
 
