@@ -63,8 +63,8 @@ from perfguard.compare import SuiteComparison, Verdict, apply_retry, compare_sui
 from perfguard.config import Config
 from perfguard.errors import GitError
 from perfguard.gitrepo import git
-from perfguard.rounds import suspect_selection
 from perfguard.store.records import ResultRecord, RunRecord
+from perfguard.suite import suspect_selection
 
 #: The ``schema`` of ``perfguard calibrate --json`` (documented in docs/calibration.md).
 SCHEMA = "perfguard-calibration/1"

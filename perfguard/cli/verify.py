@@ -136,7 +136,7 @@ def _scope(
     import re
 
     from perfguard import profiles
-    from perfguard.rounds import suite_labels
+    from perfguard.suite import suite_labels
 
     if profile_name is None and not bench_regexes:
         return impls, dtypes
