@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +52,11 @@ MAX_UNDERNEATH_ROWS = 25
 
 @dataclass
 class CheckOutcome:
-    """What one check found: the verdicts, the stored check, the exit code and its cost."""
+    """What one check found: the verdicts, the stored check, the exit code and its cost.
+
+    :func:`perfguard.api.check` adds the report's gated headline, the reports it wrote and the URL
+    of the store the check is in.
+    """
 
     check_id: int
     stored: StoredCheck
@@ -60,6 +64,9 @@ class CheckOutcome:
     exit_code: int
     seconds: float
     retried: int
+    headline: str = ""
+    written: list[Path] = field(default_factory=list)
+    store: str = ""
 
 
 def run_check(
