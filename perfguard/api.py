@@ -459,35 +459,17 @@ def accept(
 ) -> Accepted:
     """``perfguard accept``: record an intended regression of ``commit`` (trusted: a maintainer's own).
 
-    ``spec``: ``IMPL BENCHMARK [NAME=GLOB]... [<=CEILING REASON...]`` (the trailer's grammar,
-    :mod:`perfguard.accept`), or the scope alone with ``ceiling`` and ``reason``.  ``by``: who
-    accepts (default: git's ``user.name <user.email>``).  Refused where ``PERFGUARD_UNTRUSTED`` is
-    set: code under review cannot accept its own regressions.
+    ``spec``, ``ceiling``, ``reason``: :func:`perfguard.accept.command_spec` (refused where
+    ``PERFGUARD_UNTRUSTED`` is set).  ``by``: who accepts (default: git's ``user.name <user.email>``).
     """
-    import os
-
-    from perfguard.accept import Acceptance, AcceptError, parse_tokens
+    from perfguard.accept import Acceptance, command_spec
     from perfguard.errors import UsageError
     from perfguard.gitrepo import repo_root, rev_parse, user
     from perfguard.measuring import commit_record
     from perfguard.store import Store
 
     root = repo_root(cwd)
-    if os.environ.get("PERFGUARD_UNTRUSTED", "").strip().lower() not in ("", "0", "false", "no"):
-        raise UsageError(
-            "perfguard accept does not run in an untrusted context (PERFGUARD_UNTRUSTED is set): "
-            "code under review cannot accept its own regressions",
-            hint="a maintainer runs it with write access to the history store, or approves the "
-            "Perfguard-Accept trailer with the approval label",
-        )
-    tokens = list(spec)
-    if ceiling is not None:
-        tokens.append(f"<={ceiling!r}")
-    elif reason is not None and not any(t.startswith(("<=", "≤")) for t in tokens):
-        raise AcceptError("--reason needs --max (the largest accepted ratio)", hint="add --max 1.35")
-    if reason is not None:
-        tokens.append(reason)
-    parsed = parse_tokens(tokens, where="perfguard accept")
+    parsed = command_spec(spec, ceiling=ceiling, reason=reason)
     sha = rev_parse(root, commit)
     who = by or user(root)
     if not who:
@@ -530,8 +512,7 @@ def changes(
     """``perfguard changes``: the steps of a recorded commit of the baseline branch against the history
     of its machine key (``machine``: default this machine's), stored; ``detection.exit_code`` is 1
     when one is flagged (no trusted acceptance covers it)."""
-    from perfguard import profiles
-    from perfguard.changepoints import detect
+    from perfguard.changepoints import detect, history_of
     from perfguard.config import find_pyproject, load_config
     from perfguard.gitrepo import repo_root, rev_parse
     from perfguard.store import Store
@@ -539,13 +520,7 @@ def changes(
     root = repo_root(cwd)
     config = load_config(find_pyproject(root), threshold=threshold)
     sha = rev_parse(root, commit)
-    if machine is None:  # `auto` resolves as `perfguard run` does on that machine
-        from perfguard.machine import fingerprint
-
-        here = fingerprint()
-        key, profile_name = here.key, profiles.resolve(profile, cuda=here.has_cuda).name
-    else:
-        key, profile_name = machine, profiles.resolve(profile, cuda=not machine.startswith("cpu:")).name
+    key, profile_name = history_of(machine, profile)
     with Store.open(db, cwd=root) as store:
         return detect(
             store, root, machine_key=key, sha=sha, profile=profile_name, config=config, window=window,
