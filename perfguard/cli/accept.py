@@ -84,16 +84,10 @@ def accept(
 
 
 def _print(acceptances: Sequence[StoredAcceptance]) -> None:
-    from rich.text import Text
+    from perfguard.cli.output import print_table
 
-    from perfguard.cli.output import stdout_console, text_table
-
-    console = stdout_console(160)
-    if not acceptances:
-        console.print(Text("no acceptances stored"))
-        return
     columns = ("id", "commit", "scope", "ceiling", "reason", "by", "source", "trusted")
-    rows = [
+    rows = (
         (
             str(a.id),
             a.sha[:10],
@@ -105,5 +99,6 @@ def _print(acceptances: Sequence[StoredAcceptance]) -> None:
             "yes" if a.trusted else "no",
         )
         for a in acceptances
-    ]
-    console.print(text_table("perfguard acceptances", columns, rows, overflow="fold"))
+    )
+    print_table("perfguard acceptances", columns, rows, empty="no acceptances stored", min_width=160,
+                overflow="fold")  # fmt: skip

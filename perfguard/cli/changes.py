@@ -117,16 +117,10 @@ def changes(
 
 
 def _print_steps(steps: Sequence[StoredChangePoint]) -> None:
-    from rich.text import Text
+    from perfguard.cli.output import print_table
 
-    from perfguard.cli.output import stdout_console, text_table
-
-    console = stdout_console(160)
-    if not steps:
-        console.print(Text("no steps stored"))
-        return
     columns = ("commit", "machine", "impl", "benchmark", "params", "ratio", "status", "cause")
-    rows = [
+    rows = (
         (
             s.sha[:10],
             s.machine_key,
@@ -138,5 +132,6 @@ def _print_steps(steps: Sequence[StoredChangePoint]) -> None:
             s.cause or "",
         )
         for s in steps
-    ]
-    console.print(text_table("perfguard steps on the baseline branch", columns, rows, overflow="fold"))
+    )
+    print_table("perfguard steps on the baseline branch", columns, rows, empty="no steps stored",
+                min_width=160, overflow="fold")  # fmt: skip

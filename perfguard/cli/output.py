@@ -65,6 +65,23 @@ def text_table(
     return table
 
 
+def print_table(
+    title: Any,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    *,
+    empty: str,
+    min_width: int,
+    **options: Any,
+) -> None:
+    """:func:`text_table` on stdout, or the line ``empty`` when there are no rows."""
+    from rich.text import Text
+
+    rows = list(rows)
+    console = stdout_console(min_width)
+    console.print(text_table(title, columns, rows, **options) if rows else Text(empty))
+
+
 def write_output(path: Path, text: str, *, allow_dash: bool = False) -> None:
     """Write ``text`` to ``path`` and say so; never a partial file.  ``allow_dash``: ``-`` is stdout
     (for options declared with ``click.Path(allow_dash=True)``)."""

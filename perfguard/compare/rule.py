@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from perfguard import stats
 from perfguard.compare.model import (
@@ -105,20 +106,21 @@ def _gated(m: Measurement, rule: Rule) -> bool:
     return m.gated and m.metric not in REPORTED_METRICS
 
 
-def _bare_item(
+def _item(
     base: Measurement | None,
     head: Measurement | None,
     verdict: Verdict,
     reason: str,
     *,
-    threshold: float,
     gated: bool,
-    rule_source: str = "",
+    threshold: float,
+    rule_source: str,
+    **numbers: Any,
 ) -> Item:
+    """An item of one benchmark x params: named after its measurement (head's, else the baseline's),
+    with both sides' sample and round counts and the timing method; ``numbers``: what the rule found."""
     m = head if head is not None else base
     assert m is not None
-    bv = _finite(base.side.median) if base is not None and base.status == "ok" else None
-    hv = _finite(head.side.median) if head is not None and head.status == "ok" else None
     return Item(
         benchmark=m.benchmark,
         impl=m.impl,
@@ -129,23 +131,35 @@ def _bare_item(
         direction=m.direction,
         gated=gated,
         verdict=verdict,
-        base_value=bv,
-        head_value=hv,
-        ratio=None,
-        ci_low=None,
-        ci_high=None,
-        p_value=None,
-        noise=None,
         threshold=threshold,
         method=(head.method if head is not None else None) or (base.method if base is not None else None),
-        retried=False,
         base_n=base.side.n if base is not None else 0,
         head_n=head.side.n if head is not None else 0,
         reason=reason,
         base_rounds=base.side.k if base is not None else 0,
         head_rounds=head.side.k if head is not None else 0,
         rule_source=rule_source,
+        **numbers,
     )
+
+
+def _bare_item(
+    base: Measurement | None,
+    head: Measurement | None,
+    verdict: Verdict,
+    reason: str,
+    *,
+    threshold: float,
+    gated: bool,
+    rule_source: str = "",
+) -> Item:
+    """An item no statistics decided: the sides' medians where they measured something, nothing else."""
+    bv = _finite(base.side.median) if base is not None and base.status == "ok" else None
+    hv = _finite(head.side.median) if head is not None and head.status == "ok" else None
+    return _item(
+        base, head, verdict, reason, gated=gated, threshold=threshold, rule_source=rule_source,
+        base_value=bv, head_value=hv,
+    )  # fmt: skip
 
 
 def structural(
@@ -300,38 +314,26 @@ def _fmt_count(value: float) -> str:
 
 
 def _pair_item(pair: Pair, verdict: Verdict, reason: str, hl: float | None) -> Item:
-    base, head = pair.base, pair.head
-    deterministic = head.metric in DETERMINISTIC_METRICS
-    return Item(
-        benchmark=head.benchmark,
-        impl=head.impl,
-        params=dict(head.params),
-        params_key=head.key,
-        metric=head.metric,
-        unit=head.unit,
-        direction=head.direction,
+    deterministic = pair.head.metric in DETERMINISTIC_METRICS
+    return _item(
+        pair.base,
+        pair.head,
+        verdict,
+        reason + (f" [{pair.rule.note}]" if pair.rule.note else ""),
         gated=pair.gated,
-        verdict=verdict,
-        base_value=_finite(base.side.median),
-        head_value=_finite(head.side.median),
+        threshold=pair.rule.threshold,
+        rule_source=pair.rule.source,
+        base_value=_finite(pair.base.side.median),
+        head_value=_finite(pair.head.side.median),
         ratio=_finite(pair.ratio),
         ci_low=None if deterministic else _finite(pair.ci[0]),
         ci_high=None if deterministic else _finite(pair.ci[1]),
         p_value=None if deterministic else pair.p_adj,
         noise=_finite(pair.noise.iqr_ratio),
-        threshold=pair.rule.threshold,
-        method=head.method or base.method,
-        retried=False,
-        base_n=base.side.n,
-        head_n=head.side.n,
-        reason=reason + (f" [{pair.rule.note}]" if pair.rule.note else ""),
         round_cv=_finite(pair.noise.round_cv),
         round_spread=_finite(pair.noise.round_spread),
         p_raw=None if deterministic else pair.p_raw,
         hodges_lehmann=_finite(hl) if hl is not None else None,
-        base_rounds=base.side.k,
-        head_rounds=head.side.k,
-        rule_source=pair.rule.source,
     )
 
 

@@ -79,18 +79,7 @@ def _compare(
                 direction="lower",
                 gated=True,
                 verdict=Verdict.BROKEN,
-                base_value=None,
-                head_value=None,
-                ratio=None,
-                ci_low=None,
-                ci_high=None,
-                p_value=None,
-                noise=None,
                 threshold=config.threshold,
-                method=None,
-                retried=False,
-                base_n=0,
-                head_n=0,
                 reason=f"implementation {impl!r} failed perfguard verify in head",
             )
         )

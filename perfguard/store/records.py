@@ -245,8 +245,9 @@ class ResultRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunRecord:
-    """One run (one round of one measurement) with its results, as ``Store.record_runs`` takes it."""
+class RunFields:
+    """What one run (one round of one measurement) was measured as: the ``runs`` columns a writer
+    fills, shared by :class:`RunRecord` (written) and :class:`StoredRun` (read back)."""
 
     profile: str
     purpose: str = "run"
@@ -257,11 +258,17 @@ class RunRecord:
     command: str = ""
     started_at: datetime
     finished_at: datetime
-    results: Sequence[ResultRecord] = ()
     # Measured by a trusted context: the baseline branch's workflow or a maintainer's own command,
     # never a job that ran pull-request code (docs/ci.md, "Trust model").  Only trusted runs are
     # baselines (the reads' ``trusted_only``).  False unless the writer says so: fail closed.
     trusted: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRecord(RunFields):
+    """One run with its results, as ``Store.record_runs`` takes it."""
+
+    results: Sequence[ResultRecord] = ()
 
     def validate(self) -> None:
         require_text("profile", self.profile, 32)
@@ -360,8 +367,8 @@ class CheckItemRecord:
 #: read them), ``results`` every other field of :class:`ResultRecord` (``n_samples`` included).
 RESULT_DATA_COLUMNS = ("samples", "info")
 RESULT_COLUMNS = tuple(f.name for f in fields(ResultRecord) if f.name not in RESULT_DATA_COLUMNS)
-#: The ``runs`` columns a :class:`RunRecord` fills (its results go to ``results``).
-RUN_COLUMNS = tuple(f.name for f in fields(RunRecord) if f.name != "results")
+#: The ``runs`` columns a writer fills: every field of :class:`RunFields`.
+RUN_COLUMNS = tuple(f.name for f in fields(RunFields))
 #: The ``check_items`` columns: every field of :class:`CheckItemRecord`.
 CHECK_ITEM_COLUMNS = tuple(f.name for f in fields(CheckItemRecord))
 
@@ -385,24 +392,14 @@ class StoredCommit(CommitRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
-class StoredRun:
-    """A stored run (without its results)."""
+class StoredRun(RunFields):
+    """A stored run (without its results): where and when, and how many results it holds."""
 
     id: int
     machine_key: str
     sha: str
-    profile: str
-    purpose: str
-    round: int
-    software: Mapping[str, Any]
-    fingerprint: Mapping[str, Any]
-    settings: Mapping[str, Any]
-    command: str
-    started_at: datetime
-    finished_at: datetime
     status: str
     n_results: int
-    trusted: bool
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,6 +8,7 @@ existing row is never changed.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import datetime, timezone
 from typing import Any
 
@@ -24,78 +25,51 @@ from perfguard.store.records import (
     StoredRun,
 )
 
+# The columns that hold a machine's and a commit's record: every field of the record.
+_MACHINE_COLUMNS = tuple(f.name for f in fields(MachineRecord))
+_COMMIT_COLUMNS = tuple(f.name for f in fields(CommitRecord))
+
 
 def upsert_machine(session: Session, record: MachineRecord, dialect: str) -> int:
     """The id of the machine with ``record.key``, inserted if new."""
-    existing = session.scalar(select(Machine.id).where(Machine.key == record.key))
-    if existing is not None:
-        return existing
-    values = {
-        "key": record.key,
-        "kind": record.kind,
-        "label": record.label,
-        "attributes": dict(record.attributes),
-        "first_seen": datetime.now(timezone.utc),
-    }
-    _insert_ignoring_conflict(session, Machine, values, dialect)
-    return session.scalars(select(Machine.id).where(Machine.key == record.key)).one()
+    values = {name: getattr(record, name) for name in _MACHINE_COLUMNS}
+    values["attributes"] = dict(record.attributes)
+    values["first_seen"] = datetime.now(timezone.utc)
+    return _upsert(session, Machine, "key", values, dialect)
 
 
 def upsert_commit(session: Session, record: CommitRecord, dialect: str) -> int:
     """The id of the commit with ``record.sha``, inserted if new."""
-    existing = session.scalar(select(Commit.id).where(Commit.sha == record.sha))
+    values = {name: getattr(record, name) for name in _COMMIT_COLUMNS}
+    values["parents"] = list(record.parents)
+    return _upsert(session, Commit, "sha", values, dialect)
+
+
+def _upsert(session: Session, model: type[Any], column: str, values: dict[str, Any], dialect: str) -> int:
+    """The id of the row whose unique ``column`` is ``values[column]``; inserted if there is none
+    (``ON CONFLICT DO NOTHING``: another runner may insert it at the same moment)."""
+    key = getattr(model, column) == values[column]
+    existing = session.scalar(select(model.id).where(key))
     if existing is not None:
-        return existing
-    values = {
-        "sha": record.sha,
-        "base_sha": record.base_sha,
-        "dirty": record.dirty,
-        "branch": record.branch,
-        "parents": list(record.parents),
-        "subject": record.subject,
-        "author": record.author,
-        "committed_at": record.committed_at,
-    }
-    _insert_ignoring_conflict(session, Commit, values, dialect)
-    return session.scalars(select(Commit.id).where(Commit.sha == record.sha)).one()
-
-
-def _insert_ignoring_conflict(
-    session: Session, model: type[Any], values: dict[str, Any], dialect: str
-) -> None:
+        return int(existing)
     # Imported here: the PostgreSQL dialect package costs ~30 ms to import, paid by every
     # `perfguard check` on SQLite otherwise (docs/perf/check.md).
     if dialect == "postgresql":
         from sqlalchemy.dialects import postgresql as sql
     else:
         from sqlalchemy.dialects import sqlite as sql  # type: ignore[no-redef]
-    column = "key" if model is Machine else "sha"
     session.execute(sql.insert(model).values(**values).on_conflict_do_nothing(index_elements=[column]))
+    return int(session.scalars(select(model.id).where(key)).one())
 
 
 def stored_machine(machine: Machine) -> StoredMachine:
-    return StoredMachine(
-        id=machine.id,
-        key=machine.key,
-        kind=machine.kind,
-        label=machine.label,
-        attributes=machine.attributes,
-        first_seen=machine.first_seen,
-    )
+    return StoredMachine(**{name: getattr(machine, name) for name in ("id", "first_seen", *_MACHINE_COLUMNS)})
 
 
 def stored_commit(commit: Commit) -> StoredCommit:
-    return StoredCommit(
-        id=commit.id,
-        sha=commit.sha,
-        base_sha=commit.base_sha,
-        dirty=commit.dirty,
-        branch=commit.branch,
-        parents=tuple(commit.parents),
-        subject=commit.subject,
-        author=commit.author,
-        committed_at=commit.committed_at,
-    )
+    values = {name: getattr(commit, name) for name in ("id", *_COMMIT_COLUMNS)}
+    values["parents"] = tuple(commit.parents)
+    return StoredCommit(**values)
 
 
 def stored_run(run: Run, *, machine_key: str, sha: str, n_results: int) -> StoredRun:
