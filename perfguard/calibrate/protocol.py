@@ -1,7 +1,7 @@
-r"""The calibration protocol over a :class:`Measurer`: A/A repetitions, planted slowdowns, and each pair
+"""The calibration protocol over a :class:`Measurer`: A/A repetitions, planted slowdowns, and each pair
 decided as ``perfguard check`` decides it (stage 1, then the suspects re-measured interleaved).
 
-:class:`Calibrator` decides what to measure and turns rounds into :class:`Comparison`\ s; it never
+Its :class:`Calibrator` decides what to measure and turns rounds into comparisons; it never
 measures itself (the :class:`Measurer` does: :mod:`perfguard.calibrate.session` over a bench, the
 tests over a synthetic machine).  Rounds are compared from memory, never re-read from a store, and
 :class:`PhaseClock` keeps the time of each phase.
