@@ -219,6 +219,31 @@ def _ceiling(text: str, where: str, hint: str) -> float:
     return value
 
 
+def command_spec(spec: Sequence[str], *, ceiling: float | None = None, reason: str | None = None) -> Spec:
+    """What ``perfguard accept`` records: ``spec`` in the trailer's grammar, or the scope alone with
+    ``ceiling`` (``--max``) and ``reason`` (``--reason``).
+
+    Refused where ``PERFGUARD_UNTRUSTED`` is set: code under review cannot accept its own regressions.
+    """
+    import os
+
+    if os.environ.get("PERFGUARD_UNTRUSTED", "").strip().lower() not in ("", "0", "false", "no"):
+        raise UsageError(
+            "perfguard accept does not run in an untrusted context (PERFGUARD_UNTRUSTED is set): "
+            "code under review cannot accept its own regressions",
+            hint="a maintainer runs it with write access to the history store, or approves the "
+            "Perfguard-Accept trailer with the approval label",
+        )
+    tokens = list(spec)
+    if ceiling is not None:
+        tokens.append(f"<={ceiling!r}")
+    elif reason is not None and not any(t.startswith(("<=", "≤")) for t in tokens):
+        raise AcceptError("--reason needs --max (the largest accepted ratio)", hint="add --max 1.35")
+    if reason is not None:
+        tokens.append(reason)
+    return parse_tokens(tokens, where="perfguard accept")
+
+
 def parse_line(value: str, *, where: str = "acceptance") -> Spec:
     """One trailer value (``improved Forward.track_time <=1.35 "why"``) -> :class:`Spec`."""
     try:

@@ -233,6 +233,19 @@ def format_value(value: float, unit: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+def history_of(machine_key: str | None, profile: str) -> tuple[str, str]:
+    """(machine key, profile name) of the history to look at: ``machine_key`` or this machine's, and
+    ``profile`` resolved as ``perfguard run`` resolves ``auto`` on that machine (``cpu:``: no GPU)."""
+    from perfguard import profiles
+
+    if machine_key is None:
+        from perfguard.machine import fingerprint
+
+        machine = fingerprint()
+        return machine.key, profiles.resolve(profile, cuda=machine.has_cuda).name
+    return machine_key, profiles.resolve(profile, cuda=not machine_key.startswith("cpu:")).name
+
+
 def first_parent_history(root: Path, sha: str, depth: int = HISTORY) -> list[str]:
     """``sha`` and its first-parent ancestors, newest first."""
     from perfguard.gitrepo import git

@@ -2,27 +2,30 @@
 
 The CLI's contract (DESIGN.md): exit 0 when nothing regressed, 1 on a regression or a failed
 verification, 2 on a usage or environment error.  Every error raised on purpose by perfguard is a
-:class:`PerfguardError`; click prints its message and exits with its code, so no traceback
-reaches a CI log for a problem the user can fix.
+:class:`PerfguardError`: a plain exception for library callers (``perfguard.api``); the CLI
+(``perfguard.cli.main``) prints its message and hint as ``Error: ...`` and exits with its code, so
+no traceback reaches a CI log for a problem the user can fix.
 """
 
 from __future__ import annotations
-
-import click
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # regression, broken implementation, failed verification
 EXIT_ERROR = 2  # usage or environment error: the message says what to do
 
 
-class PerfguardError(click.ClickException):
+class PerfguardError(Exception):
     """Base class: a message, a hint for the next step, and exit code 2."""
 
     exit_code = EXIT_ERROR
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
+        self.message = message
         self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
 
     def format_message(self) -> str:
         return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
@@ -38,10 +41,6 @@ class GitError(PerfguardError):
 
 class StoreError(PerfguardError):
     """Unknown or unreachable database URL, schema too new, write failed (nothing was written)."""
-
-
-class ResultsError(PerfguardError):
-    """A corrupt, truncated or missing asv result file (nothing was written to the store)."""
 
 
 class BenchmarkError(PerfguardError):

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +52,11 @@ MAX_UNDERNEATH_ROWS = 25
 
 @dataclass
 class CheckOutcome:
-    """What one check found: the verdicts, the stored check, the exit code and its cost."""
+    """What one check found: the verdicts, the stored check, the exit code and its cost.
+
+    :func:`perfguard.api.check` adds the report's gated headline, the reports it wrote and the URL
+    of the store the check is in.
+    """
 
     check_id: int
     stored: StoredCheck
@@ -60,6 +64,9 @@ class CheckOutcome:
     exit_code: int
     seconds: float
     retried: int
+    headline: str = ""
+    written: list[Path] = field(default_factory=list)
+    store: str = ""
 
 
 def run_check(
@@ -143,7 +150,7 @@ def _rules_from_baseline(bench: Bench, base_sha: str) -> None:
     are the baseline's, as reviewed and merged (perfguard itself comes from the trusted install).
     """
     from perfguard.config import load_config
-    from perfguard.rounds import load_benchmark_dir
+    from perfguard.suite import load_benchmark_dir
 
     source = bench.commit_side(base_sha, "baseline").target.source
     cli = bench.config.threshold if bench.config.threshold_source == "--threshold" else None
@@ -288,7 +295,7 @@ def _heal_baseline(
     benchmark through.  So the failed benchmarks are measured again; their fresh rounds replace the
     stored ones.  If they fail again, the baseline really cannot be measured here: exit 2.
     """
-    from perfguard.rounds import suspect_selection
+    from perfguard.suite import suspect_selection
 
     failed = _failed_keys(base_rounds)
     if not failed:
@@ -343,7 +350,7 @@ def _retry(
 ) -> tuple[SuiteComparison, int, list[list[RunRecord]]]:
     """Stage 2: re-measure the suspects interleaved in fresh processes; (final, count, retry runs)."""
     from perfguard.compare import apply_retry, measurements_from_rounds
-    from perfguard.rounds import suspect_selection
+    from perfguard.suite import suspect_selection
 
     if not first.suspects:
         return first, 0, []

@@ -144,6 +144,16 @@ def commit_info(root: Path, sha: str) -> CommitInfo:
     )
 
 
+def user(root: Path) -> str | None:
+    """Who is at the keyboard, as git knows it: ``user.name <user.email>`` (either alone if the other
+    is unset), None when git knows neither."""
+    name = str(git(root, "config", "user.name", check=False))
+    email = str(git(root, "config", "user.email", check=False))
+    if not name and not email:
+        return None
+    return f"{name} <{email}>" if name and email else (name or email)
+
+
 def current_branch(root: Path) -> str | None:
     """The checked-out branch, or None on a detached HEAD."""
     out = _text(root, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
@@ -161,11 +171,9 @@ def work_tree(root: Path, *, ignore: Iterable[Path] = ()) -> WorkTree:
     pathspec = ["--", ".", *_excludes(root, ignore)]
     raw = git(root, "status", "--porcelain=v1", "--untracked-files=all", "-z", *pathspec, binary=True)
     assert isinstance(raw, bytes)
-    # not stripped: each entry starts with its two status columns, the first often a space
-    entries = [e for e in raw.decode(errors="replace").split("\x00") if e]
-    if not entries:
+    changed = _changed_paths(raw.decode(errors="replace"))
+    if not changed:
         return WorkTree(head, None, ())
-    changed = tuple(sorted({e[3:] for e in entries if len(e) > 3}))
     digest = hashlib.sha1()
     diff = git(root, "diff", "--binary", "HEAD", *pathspec, binary=True)
     assert isinstance(diff, bytes)
@@ -177,6 +185,22 @@ def work_tree(root: Path, *, ignore: Iterable[Path] = ()) -> WorkTree:
         if path.is_file():
             digest.update(path.read_bytes())
     return WorkTree(head, digest.hexdigest()[:12], changed)
+
+
+def _changed_paths(status: str) -> tuple[str, ...]:
+    """The paths of ``git status --porcelain=v1 -z`` output, sorted.
+
+    Not stripped: each entry starts with its two status columns, the first often a space.  A rename
+    or copy (``R``/``C``) is followed by its source path, which has no status columns.
+    """
+    entries = iter(status.split("\x00"))
+    paths = set()
+    for entry in entries:
+        if len(entry) > 3:
+            paths.add(entry[3:])
+            if entry[0] in "RC":
+                next(entries, None)
+    return tuple(sorted(paths))
 
 
 def _excludes(root: Path, paths: Iterable[Path]) -> list[str]:

@@ -235,6 +235,7 @@ class Bench:
         """
         from perfguard.profiles import SUITE_VERSION
         from perfguard.store import MEASUREMENT_PURPOSES
+        from perfguard.suite import selected
 
         source = store if store is not None else self.baseline_store
         if source is None:
@@ -268,22 +269,6 @@ def _round_line(side: Side, index: int, rounds: int, round_: Round) -> str:
         parts.append(f"{counts['skipped']} skipped")
     restarts = f", {round_.processes - 1} restart(s) after a crash" if round_.processes > 1 else ""
     return f"{side.label}: round {index + 1}/{rounds} done in {seconds:.0f} s ({', '.join(parts)}{restarts})"
-
-
-def selected(result: ResultRecord, bench: Sequence[str]) -> bool:
-    """Whether a result belongs to a ``--bench`` selection (asv's ``name(param reprs)`` match).
-
-    A derived result (tokens/s, TFLOP/s) belongs to it when the forward time it comes from does.
-    """
-    if not bench:
-        return True
-    name = str(result.info.get("derived_from") or result.benchmark)
-    order = list(result.info.get("param_names") or [])
-    if result.info.get("derived_from") and not order:
-        order = ["impl", "seq_len", "dtype"]
-    names = [n for n in order if n in result.params] + [n for n in result.params if n not in order]
-    label = f"{name}({', '.join(repr(result.params[n]) for n in names)})" if names else name
-    return any(re.search(regex, label) for regex in bench)
 
 
 def commit_record(

@@ -18,20 +18,18 @@ runs its benchmarks with ``asv_runner``'s own discovery and benchmark objects.
 Robustness: the worker writes one JSON line per event.  If it dies (a segfault, the OOM killer, a
 CUDA error that ends the process), the benchmark it was measuring is ``failed`` with how the process
 ended, the case's other benchmarks fail with it (they would kill the next process too), and a fresh
-process measures the rest.  Every line is
-validated before it becomes a :class:`ResultRecord` (numbers finite and within a float, samples a
-list of numbers, info a bounded JSON object): a bad value fails that benchmark with a clear error,
-never perfguard.  Compilation caches (Inductor, Triton, CUDA's JIT) persist on the machine between
-rounds, one directory per *trust domain*: code under review compiles into ``untrusted`` and can
-never write a kernel that a trusted (baseline) round loads.
+process measures the rest.  Every line is validated before it becomes a :class:`ResultRecord`
+(:mod:`perfguard.round_output`): a bad value fails that benchmark with a clear error, never
+perfguard.  What a benchmark's numbers are (metric, unit, direction) and how ``--bench`` selects
+them is :mod:`perfguard.suite`.  Compilation caches (Inductor, Triton, CUDA's JIT) persist on
+the machine between rounds, one directory per *trust domain*: code under review compiles into
+``untrusted`` and can never write a kernel that a trusted (baseline) round loads.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -43,72 +41,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from perfguard import round_output
 from perfguard.errors import BenchmarkError
 from perfguard.profiles import DEVICE_ENV, PROFILE_ENV, Profile
 from perfguard.store.records import ResultRecord
+from perfguard.suite import load_benchmark_dir
 
 #: The package whose code differs between the commits perfguard compares.
 PACKAGE = "attention"
 #: Where compilation caches live (one subdirectory per trust domain); default ~/.cache/perfguard/compile.
 CACHE_ENV = "PERFGUARD_CACHE_DIR"
 TRUST_DOMAINS = ("trusted", "untrusted")
-_MAX_INFO_BYTES = 256 * 1024
-_MAX_SAMPLES = 1_000_000
-
-
-@dataclass(frozen=True)
-class Kind:
-    """What perfguard makes of a benchmark's numbers (docs/design.md, "asv suites")."""
-
-    metric: str
-    unit: str
-    direction: str
-    gated: bool
-
-
-_KINDS = {
-    "Forward.track_time": Kind("time", "seconds", "lower", True),
-    "ForwardBackward.track_time": Kind("time", "seconds", "lower", True),
-    "PeakMemory.track_forward": Kind("memory", "bytes", "lower", True),
-    "PeakMemory.track_forward_backward": Kind("memory", "bytes", "lower", True),
-}
-for _pass in ("forward", "forward_backward"):
-    _KINDS[f"Work.track_{_pass}_flops"] = Kind("flops", "FLOP", "lower", True)
-    _KINDS[f"Work.track_{_pass}_ops"] = Kind("ops", "aten ops", "lower", True)
-    _KINDS[f"Work.track_{_pass}_kernels"] = Kind("kernels", "kernels", "lower", True)
-    _KINDS[f"Work.track_{_pass}_allocated"] = Kind("allocated", "bytes", "lower", True)
-_UNIT_KINDS = {
-    "seconds": Kind("time", "seconds", "lower", True),
-    "bytes": Kind("memory", "bytes", "lower", True),
-}
-#: Derived from ``Forward.track_time`` (the same measurement, inverted): reported, never gated.
-THROUGHPUT = Kind("throughput", "tokens/s", "higher", False)
-EFFICIENCY = Kind("efficiency", "TFLOP/s", "higher", False)
-
-
-#: The suite's module, as asv names its benchmarks (``bench_attention.Forward.track_time``).
-SUITE_MODULE = "bench_attention"
-
-
-def suite_labels(impls: Iterable[str], seq_lens: Iterable[int], dtypes: Iterable[str]) -> list[str]:
-    """asv's ``name(params)`` labels of the suite's benchmarks for these parameters (``--bench`` matching)."""
-    out = []
-    for impl in impls:
-        for seq_len in seq_lens:
-            for dtype in dtypes:
-                params = f"({impl!r}, {seq_len!r}, {dtype!r})"
-                out += [f"{SUITE_MODULE}.{name}{params}" for name in _KINDS]
-    return out
-
-
-def kind_of(benchmark: str, unit: str | None) -> Kind:
-    """The metric of a benchmark, by its name (``module.Class.method``) or else by its unit."""
-    short = benchmark.split(".", 1)[1] if benchmark.count(".") >= 2 else benchmark
-    if short in _KINDS:
-        return _KINDS[short]
-    if unit in _UNIT_KINDS:
-        return _UNIT_KINDS[unit]
-    return Kind("throughput", unit or "unknown", "higher", False)
 
 
 @dataclass(frozen=True)
@@ -148,31 +91,6 @@ class Progress:
     done: int
     total: int | None
     latest: str = ""
-
-
-def load_benchmark_dir(root: Path) -> Path:
-    """The suite directory named by the project's ``asv.conf.json`` (asv's reader: comments allowed)."""
-    path = root / "asv.conf.json"
-    if not path.exists():
-        raise BenchmarkError(
-            f"there is no asv.conf.json in {root}",
-            hint="run perfguard at the root of a project with asv suites (asv.conf.json, asv_benchmarks/)",
-        )
-    import json5  # what asv itself reads asv.conf.json with (comments allowed)
-
-    try:
-        config = json5.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise BenchmarkError(f"{path} is not valid asv configuration: {exc}", hint="fix the file") from None
-    if not isinstance(config, dict):
-        raise BenchmarkError(f"{path} is not a JSON object", hint="fix the file")
-    directory = (root / str(config.get("benchmark_dir", "benchmarks"))).resolve()
-    if not directory.is_dir():
-        raise BenchmarkError(
-            f"the asv benchmark directory {directory} does not exist",
-            hint="check benchmark_dir in asv.conf.json",
-        )
-    return directory
 
 
 def import_shim(source: Path, parent: Path, benchmark_dir: Path | None = None) -> Path:
@@ -278,7 +196,7 @@ class RoundRunner:
             offset = output.stat().st_size if output.exists() else 0
             code, log = self._execute(command, env, shim, output, offset, len(finished), label, plan)
             logs.append(log)
-            new = _read_events(output, offset)
+            new = round_output.read_events(output, offset)
             events += new
             for event in new:
                 if event.get("event") == "plan" and plan is None:
@@ -331,7 +249,7 @@ class RoundRunner:
             "processes": processes,
             "discovery_s": round(sum(d for d in discovery if isinstance(d, (int, float))), 3),
             "benchmarks_s": round(sum(float(e["seconds"]) for e in measured), 3),
-            "steps_s": _step_totals(results),
+            "steps_s": round_output.step_totals(results),
         }
         return Round(
             results=results,
@@ -393,13 +311,13 @@ class RoundRunner:
     ) -> tuple[int, int, int | None]:
         if self.on_progress is None or not output.exists():
             return seen, done, total
-        events, size = _read_events_at(output, seen)
+        events, size = round_output.read_events_at(output, seen)
         for event in events:
             if event.get("event") == "plan" and total is None:
                 total = event.get("total") if isinstance(event.get("total"), int) else None
             elif event.get("event") == "result":
                 done += 1
-                self.on_progress(Progress(done, total, f"{label}{_progress_text(event)}"))
+                self.on_progress(Progress(done, total, f"{label}{round_output.progress_text(event)}"))
         return size, done, total
 
     def _records(self, plan: list[str], finished: Mapping[str, dict[str, Any]]) -> list[ResultRecord]:
@@ -408,39 +326,15 @@ class RoundRunner:
             event = finished.get(label)
             if event is None:
                 continue
-            records.extend(_to_records(event, label))
+            records.extend(round_output.to_records(event, label))
         for record in records:  # asv's parameter order, for --bench regexes of re-measurements
             record.info.setdefault("param_names", list(record.params))
         return records
 
 
 # --------------------------------------------------------------------------------------------
-# reading the worker's output
+# when the worker died
 # --------------------------------------------------------------------------------------------
-
-
-def _read_events(path: Path, offset: int) -> list[dict[str, Any]]:
-    """Complete JSON lines of ``path`` from byte ``offset`` (a half-written last line is left)."""
-    return _read_events_at(path, offset)[0]
-
-
-def _read_events_at(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
-    """(complete JSON lines from byte ``offset``, the offset after the last complete line)."""
-    if not path.exists():
-        return [], offset
-    with open(path, "rb") as f:
-        f.seek(offset)
-        data = f.read()
-    end = data.rfind(b"\n") + 1
-    events = []
-    for raw in data[:end].split(b"\n")[:-1]:
-        try:
-            event = json.loads(raw.decode("utf-8", errors="replace"))
-        except ValueError:
-            continue  # a line the worker did not write whole (it died mid-write)
-        if isinstance(event, dict):
-            events.append(event)
-    return events, offset + end
 
 
 def _in_flight(events: Iterable[dict[str, Any]], finished: Mapping[str, Any]) -> str | None:
@@ -449,32 +343,6 @@ def _in_flight(events: Iterable[dict[str, Any]], finished: Mapping[str, Any]) ->
         if isinstance(label, str) and label not in finished:
             return label
     return None
-
-
-def _step_totals(results: Iterable[ResultRecord]) -> dict[str, float]:
-    """Seconds per measuring step (first call, memory, work, capture, timing, profile), all cases.
-
-    Each result carries its pass's running totals (``info.steps_s``); the largest per pass is its
-    total, and the passes add up.
-    """
-    per_pass: dict[tuple[str, str], dict[str, float]] = {}
-    for r in results:
-        steps = r.info.get("steps_s") if isinstance(r.info, Mapping) else None
-        if not isinstance(steps, Mapping):
-            continue
-        key = (
-            r.params_key,
-            "forward_backward" if "Backward" in r.benchmark or "backward" in r.benchmark else "forward",
-        )
-        seen = per_pass.setdefault(key, {})
-        for step, value in steps.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                seen[step] = max(seen.get(step, 0.0), float(value))
-    totals: dict[str, float] = {}
-    for steps in per_pass.values():
-        for step, value in steps.items():
-            totals[step] = round(totals.get(step, 0.0) + value, 3)
-    return totals
 
 
 def _case_of(label: str) -> str:
@@ -494,176 +362,3 @@ def _describe_exit(code: int) -> str:
 def _tail(log: str, lines: int = 25) -> str:
     kept = [line for line in log.strip().splitlines() if line.strip() and "USDT:" not in line][-lines:]
     return (":\n  " + "\n  ".join(kept)) if kept else ""
-
-
-def _progress_text(event: Mapping[str, Any]) -> str:
-    label = str(event.get("label", ""))
-    short = label.split(".", 1)[-1] if "." in label else label
-    status = event.get("status")
-    if status != "ok":
-        return f"{short} {status}"
-    value = event.get("value")
-    unit = event.get("unit")
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        if unit == "seconds":
-            return f"{short} {value * 1e3:.3f} ms"
-        if unit == "bytes":
-            return f"{short} {value / 2**20:.1f} MiB"
-        return f"{short} {value:g} {unit or ''}".rstrip()
-    return short
-
-
-class _Invalid(ValueError):
-    """A value in the worker's output that cannot be stored as it is."""
-
-
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _Invalid(f"{what} is {type(value).__name__}, not a number")
-    try:
-        number = float(value)
-    except OverflowError:
-        raise _Invalid(f"{what} has {len(str(value))} digits: too large for a float") from None
-    if not math.isfinite(number):
-        raise _Invalid(f"{what} is {number}, not a finite number")
-    return number
-
-
-def _samples(value: Any) -> list[float] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise _Invalid(f"samples are {type(value).__name__}, not a list")
-    if len(value) > _MAX_SAMPLES:
-        raise _Invalid(f"{len(value)} samples (at most {_MAX_SAMPLES})")
-    return [_number(s, f"sample {i}") for i, s in enumerate(value)]
-
-
-def _info(value: Any) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _Invalid(f"info is {type(value).__name__}, not an object")
-    try:
-        text = json.dumps(value, allow_nan=False, default=None)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise _Invalid(f"info is not plain JSON ({exc})") from None
-    if len(text) > _MAX_INFO_BYTES:
-        raise _Invalid(f"info is {len(text)} bytes (at most {_MAX_INFO_BYTES})")
-    return json.loads(text)
-
-
-def _params(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise _Invalid("params are not an object with string keys")
-    out = {}
-    for k, v in value.items():
-        if isinstance(v, (str, bool)) or v is None:
-            out[k] = v
-        elif isinstance(v, (int, float)):
-            out[k] = v if isinstance(v, int) and abs(v) < 2**63 else _number(v, f"parameter {k}")
-        else:
-            raise _Invalid(f"parameter {k} is {type(v).__name__}")
-    return out
-
-
-def _to_records(event: Mapping[str, Any], label: str) -> list[ResultRecord]:
-    """The store records of one result line: the result itself (and tokens/s, TFLOP/s of a forward)."""
-    name = label.split("(", 1)[0]
-    benchmark = event.get("benchmark") if isinstance(event.get("benchmark"), str) else name
-    try:
-        params = _params(event.get("params", {}))
-        invalid = None
-    except _Invalid as exc:
-        params, invalid = {"label": label}, f"the benchmark process wrote an invalid result: {exc}"
-    kind = kind_of(benchmark, event.get("unit") if isinstance(event.get("unit"), str) else None)
-    impl = str(params.get("impl") or benchmark)
-    base: dict[str, Any] = {
-        "benchmark": benchmark,
-        "impl": impl,
-        "params": params,
-        "metric": kind.metric,
-        "unit": kind.unit,
-        "direction": kind.direction,
-        "gated": kind.gated,
-    }
-    status = event.get("status")
-    error = event.get("error") if isinstance(event.get("error"), str) else None
-    if invalid is not None:
-        return [ResultRecord(**base, status="failed", error=invalid)]
-    if status == "skipped":
-        return [ResultRecord(**base, status="skipped", error=(error or "skipped")[-2000:])]
-    if status != "ok":
-        return [ResultRecord(**base, status="failed", error=(error or "failed (no message)")[-4000:])]
-    try:
-        if event.get("value_mismatch") is not None:
-            raise _Invalid(f"asv got {event['value_mismatch'][0]!r} but the recorded outcome says "
-                           f"{event['value_mismatch'][1]!r}")  # fmt: skip
-        value = _number(event.get("value"), "the value")
-        samples = _samples(event.get("samples"))
-        info = _info(event.get("info"))
-        method = event.get("method")
-        if method is not None and (not isinstance(method, str) or len(method) > 32):
-            raise _Invalid("method is not a short string")
-    except _Invalid as exc:
-        why = f"the benchmark process wrote an invalid result: {exc}"
-        return [ResultRecord(**base, status="failed", error=why)]
-    if samples is not None and not samples:
-        samples = None
-    record = ResultRecord(**base, value=value, samples=samples, method=method, info=info)
-    out = [record]
-    if kind.metric == "time" and benchmark.endswith("Forward.track_time") and samples:
-        out.extend(_derived(benchmark, base, samples, method, info))
-    return out
-
-
-def _derived(
-    name: str, base: Mapping[str, Any], samples: Sequence[float], method: str | None, info: Mapping[str, Any]
-) -> Iterable[ResultRecord]:
-    """tokens/s and attended-pair TFLOP/s from the forward samples and the case's work per call."""
-    module = name.split(".", 1)[0]
-    tokens = info.get("tokens")
-    flops = info.get("forward_flops")
-    positive = [s for s in samples if s > 0]
-    if not positive:
-        return
-    keep = {"derived_from": name, "config": info.get("config")}
-    for work, kind, method_name in (
-        (tokens, THROUGHPUT, "track_tokens_per_second"),
-        (flops / 1e12 if isinstance(flops, (int, float)) else None, EFFICIENCY, "track_tflops"),
-    ):
-        if not isinstance(work, (int, float)) or isinstance(work, bool) or work <= 0:
-            continue
-        yield ResultRecord(
-            **{
-                **base,
-                "benchmark": f"{module}.Throughput.{method_name}",
-                "metric": kind.metric,
-                "unit": kind.unit,
-                "direction": kind.direction,
-                "gated": kind.gated,
-            },
-            samples=[work / s for s in positive],
-            method=method,
-            info=keep,
-        )
-
-
-def selection_regex(benchmark: str, params: Mapping[str, Any], order: Sequence[str] | None = None) -> str:
-    """An asv ``--bench`` regex that selects exactly one benchmark x params (for re-measurements).
-
-    asv matches ``name(p1, p2, ...)`` with the values' ``repr`` in the suite's parameter order;
-    ``order`` gives it (stored results keep it in ``info["param_names"]``: a JSON column on
-    PostgreSQL does not keep key order).
-    """
-    names = [n for n in (order or []) if n in params] + [n for n in params if n not in (order or [])]
-    combo = ", ".join(repr(params[n]) for n in names)
-    return "^" + re.escape(f"{benchmark}({combo})") + "$"
-
-
-def suspect_selection(items: Iterable[Any], rounds: Iterable[Iterable[ResultRecord]]) -> list[str]:
-    """``--bench`` regexes that re-measure exactly ``items`` (anything with ``benchmark``, ``params``
-    and ``key``, e.g. compare's suspects), in the parameter order the ``rounds`` they came from record.
-    """
-    orders = {r.key: r.info.get("param_names") for results in rounds for r in results}
-    return [selection_regex(i.benchmark, i.params, orders.get(i.key)) for i in items]

@@ -1,7 +1,9 @@
-"""The ``perfguard`` command line: the only place where the modules are wired together.
+"""The ``perfguard`` command line: options in, :mod:`perfguard.api` called, results printed.
 
 Each subcommand lives in its own module and imports the heavy parts (torch, SQLAlchemy, asv)
-inside its function body, so ``perfguard --help`` stays instant.
+inside its function body, so ``perfguard --help`` stays instant.  A :class:`PerfguardError` from
+the library is printed as click prints its own errors (``Error: message`` and the hint, on stderr)
+and ends the command with its exit code (2).
 """
 
 from __future__ import annotations
@@ -19,9 +21,32 @@ from perfguard.cli.history import history
 from perfguard.cli.report import report
 from perfguard.cli.run import run
 from perfguard.cli.verify import verify
+from perfguard.errors import PerfguardError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+class _Error(click.ClickException):
+    """A :class:`PerfguardError` as click shows an error: its message, its hint, its exit code."""
+
+    def __init__(self, error: PerfguardError) -> None:
+        super().__init__(error.message)
+        self.exit_code = error.exit_code
+        self.error = error
+
+    def format_message(self) -> str:
+        return self.error.format_message()
+
+
+class _Commands(click.Group):
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except PerfguardError as exc:
+            raise _Error(exc) from exc
+
+
+@click.group(
+    cls=_Commands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110}
+)
 @click.version_option(__version__, prog_name="perfguard")
 def main() -> None:
     """Keep attention implementations correct and fast.

@@ -8,14 +8,13 @@ The grammar is the trailer's (:mod:`perfguard.accept`)::
 
 Recorded acceptances are trusted: only trusted contexts can write the history store (an untrusted
 check opens it read-only), and the command refuses to run in one (``PERFGUARD_UNTRUSTED``).  Exit 0
-recorded (or listed), 2 usage or environment error.
+recorded (or listed), 2 usage or environment error.  Options and output only: the recording is
+:func:`perfguard.api.accept`.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -68,92 +67,38 @@ def accept(
     The same line in a commit message, 'Perfguard-Accept: IMPL BENCHMARK <=1.35 "why"', counts
     once a maintainer approves it (docs/living-with-regressions.md).
     """
-    from perfguard.accept import Acceptance, AcceptError, parse_tokens
-    from perfguard.cli.measure import say
+    from perfguard import api
+    from perfguard.cli.output import say
     from perfguard.errors import UsageError
-    from perfguard.gitrepo import repo_root, rev_parse
-    from perfguard.measuring import commit_record
-    from perfguard.store import Store
 
-    root = repo_root()
     if list_only:
         if spec or ceiling is not None or reason is not None:
             raise UsageError("--list takes no acceptance", hint="run `perfguard accept --list` on its own")
-        sha = (
-            rev_parse(root, rev)
-            if ctx.get_parameter_source("rev") is click.core.ParameterSource.COMMANDLINE
-            else None
-        )
-        with Store.open(db_url, cwd=root) as store:
-            _print(store.acceptances([sha] if sha else None))
+        given = ctx.get_parameter_source("rev") is click.core.ParameterSource.COMMANDLINE
+        _print(api.acceptances(rev if given else None, db=db_url))
         return
-    if os.environ.get("PERFGUARD_UNTRUSTED", "").strip().lower() not in ("", "0", "false", "no"):
-        raise UsageError(
-            "perfguard accept does not run in an untrusted context (PERFGUARD_UNTRUSTED is set): "
-            "code under review cannot accept its own regressions",
-            hint="a maintainer runs it with write access to the history store, or approves the "
-            "Perfguard-Accept trailer with the approval label",
-        )
-    tokens = list(spec)
-    if ceiling is not None:
-        tokens.append(f"<={ceiling!r}")
-    elif reason is not None and not any(t.startswith(("<=", "≤")) for t in tokens):
-        raise AcceptError("--reason needs --max (the largest accepted ratio)", hint="add --max 1.35")
-    if reason is not None:
-        tokens.append(reason)
-    parsed = parse_tokens(tokens, where="perfguard accept")
-    sha = rev_parse(root, rev)
-    who = author or _git_user(root)
-    with Store.open(db_url, cwd=root) as store:
-        [stored] = store.record_acceptances(
-            commit_record(root, sha), [parsed.record(source="command", author=who, trusted=True)]
-        )
-        flags = [p for p in store.change_points(sha=sha) if p.acceptance and p.acceptance.id == stored.id]
-        where = store.url
-    text = Acceptance.of(stored, stored.sha, stored.id).describe()
-    say(f"recorded acceptance #{stored.id}: {text} in {where}")
-    if flags:
-        say(f"it accepts {len(flags)} flagged step(s) recorded at {sha[:10]}")
-
-
-def _git_user(root: Path) -> str:
-    from perfguard.errors import UsageError
-    from perfguard.gitrepo import git
-
-    name = str(git(root, "config", "user.name", check=False))
-    email = str(git(root, "config", "user.email", check=False))
-    if not name and not email:
-        raise UsageError(
-            "who accepts? git has no user.name here", hint="pass --by NAME, or set git config user.name"
-        )
-    return f"{name} <{email}>" if name and email else (name or email)
+    accepted = api.accept(spec, ceiling=ceiling, reason=reason, commit=rev, by=author, db=db_url)
+    say(f"recorded acceptance #{accepted.acceptance.id}: {accepted.text} in {accepted.store}")
+    if accepted.flagged_steps:
+        say(f"it accepts {accepted.flagged_steps} flagged step(s) recorded at {accepted.acceptance.sha[:10]}")
 
 
 def _print(acceptances: Sequence[StoredAcceptance]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    from perfguard.cli.output import print_table
 
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, 160)
-    if not acceptances:
-        console.print(Text("no acceptances stored"))
-        return
-    table = Table(title="perfguard acceptances", title_justify="left")
-    for column in ("id", "commit", "scope", "ceiling", "reason", "by", "source", "trusted"):
-        table.add_column(column, overflow="fold")
-    for a in acceptances:
-        by = a.author + (f" (approved by {a.approved_by})" if a.approved_by else "")
-        cells = (
+    columns = ("id", "commit", "scope", "ceiling", "reason", "by", "source", "trusted")
+    rows = (
+        (
             str(a.id),
             a.sha[:10],
             a.scope(),
             f"{a.ceiling:g}",
             a.reason,
-            by,
+            a.author + (f" (approved by {a.approved_by})" if a.approved_by else ""),
             a.source,
             "yes" if a.trusted else "no",
         )
-        table.add_row(*(Text(c) for c in cells))
-    console.print(table)
+        for a in acceptances
+    )
+    print_table("perfguard acceptances", columns, rows, empty="no acceptances stored", min_width=160,
+                overflow="fold")  # fmt: skip

@@ -1,6 +1,6 @@
 """``perfguard bisect --good REF --bad REF --bench REGEX``: the commit where a series moved.
 
-Options, the bench and the output only; the search is :func:`perfguard.bisect.bisect`.  Exit 0 when
+Options and output only; the search is :func:`perfguard.api.bisect` (:mod:`perfguard.bisect`).  Exit 0 when
 the culprit is found, 2 on usage or environment errors (refs that are not a range, nothing moved
 between them, a commit that cannot be measured).
 """
@@ -65,30 +65,29 @@ def bisect(
     compared with GOOD the way `perfguard check` compares (timing suspects re-measured interleaved).
     Prints the culprit with `git show --stat`. Exit 0 found, 2 usage or environment error.
     """
-    from perfguard.bisect import bisect as run_bisect
-    from perfguard.cli.measure import console_reporter, say
-    from perfguard.files import write_atomic
-    from perfguard.measuring import open_bench
+    from perfguard import api
+    from perfguard.cli.output import say, write_output
+    from perfguard.cli.progress import console_reporter
 
-    with (
-        console_reporter() as reporter,
-        open_bench(
-            profile_name=profile,
-            bench_regex=bench_regex,
-            db_url=db_url,
+    with console_reporter() as reporter:
+        result = api.bisect(
+            good_ref,
+            bad_ref,
+            bench=bench_regex,
+            direction=direction,
             threshold=threshold,
+            profile=profile,
+            rounds=rounds,
+            db=db_url,
             reporter=reporter,
-        ) as bench,
-    ):
-        result = run_bisect(bench, good_ref, bad_ref, rounds=rounds, direction=direction)
+        )
     compared = len(result.probes) - 1  # good itself is the reference
     say(
         f"{len(result.measured)} commit(s) measured, {len(result.reused)} reused from the store "
         f"({compared} compared with good, of {result.candidates} in the range)"
     )
     if json_path is not None:
-        write_atomic(json_path, json.dumps(result.to_json(), indent=2) + "\n")
-        say(f"wrote {json_path}")
+        write_output(json_path, json.dumps(result.to_json(), indent=2) + "\n")
     click.echo(f"first {'regressing' if direction == 'worse' else 'improving'} commit: {result.culprit}")
     for item in result.culprit_items:
         click.echo(f"  {item.impl} {item.benchmark.split('.', 1)[-1]} ({item.params_key}): {item.reason}")

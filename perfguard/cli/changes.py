@@ -1,8 +1,8 @@
 """``perfguard changes``: after the baseline workflow records a commit, flag the steps nobody accepted.
 
-Options and output only; the detection is :func:`perfguard.changepoints.detect`.  Exit 0 (also
-with flagged steps, unless ``--exit-code``), 1 with ``--exit-code`` when a step is flagged, 2 on
-usage or environment errors.
+Options and output only; the detection is :func:`perfguard.api.changes` (:mod:`perfguard.changepoints`).
+Exit 0 (also with flagged steps, unless ``--exit-code``), 1 with ``--exit-code`` when a step is
+flagged, 2 on usage or environment errors.
 """
 
 from __future__ import annotations
@@ -88,74 +88,50 @@ def changes(
     it (`perfguard accept`, or an approved Perfguard-Accept trailer). A software change between
     the two runs (torch, driver, CUDA, cuDNN) is named as the likely cause.
     """
-    from perfguard.changepoints import detect
-    from perfguard.cli.measure import say
-    from perfguard.config import find_pyproject, load_config
+    from perfguard import api
+    from perfguard.cli.output import write_output
     from perfguard.errors import UsageError
-    from perfguard.files import write_atomic
-    from perfguard.gitrepo import repo_root, rev_parse
-    from perfguard.store import Store
 
-    root = repo_root()
     if list_only:
-        with Store.open(db_url, cwd=root) as store:
-            _print_steps(store.change_points(machine_key=machine_key, flagged_only=flagged))
+        _print_steps(api.change_points(machine=machine_key, flagged=flagged, db=db_url))
         return
     if flagged:
         raise UsageError("--flagged goes with --list", hint="perfguard changes --list --flagged")
-    config = load_config(find_pyproject(root), threshold=threshold)
-    sha = rev_parse(root, rev)
-    key, profile_name = _machine_and_profile(machine_key, profile)
-    with Store.open(db_url, cwd=root) as store:
-        found = detect(
-            store, root, machine_key=key, sha=sha, profile=profile_name, config=config, window=window,
-            approved_by=approved_by,
-        )  # fmt: skip
+    found = api.changes(
+        rev,
+        machine=machine_key,
+        profile=profile,
+        threshold=threshold,
+        window=window,
+        approved_by=approved_by,
+        db=db_url,
+    )
     if json_path is not None:
-        write_atomic(json_path, json.dumps(found.to_json(), indent=2) + "\n")
-        say(f"wrote {json_path}")
+        write_output(json_path, json.dumps(found.to_json(), indent=2) + "\n")
     markdown = found.to_markdown()
     if markdown_path is not None:
-        write_atomic(markdown_path, markdown)
-        say(f"wrote {markdown_path}")
+        write_output(markdown_path, markdown)
     click.echo(markdown.rstrip())
     if exit_code:
         ctx.exit(found.exit_code)
 
 
-def _machine_and_profile(machine_key: str | None, profile: str) -> tuple[str, str]:
-    """The machine key (given, or this machine's fingerprint) and the profile's resolved name.
-
-    ``auto`` resolves as ``perfguard run`` does on that machine: a ``cpu:`` key has no GPU.
-    """
-    from perfguard import profiles
-
-    if machine_key is None:
-        from perfguard.machine import fingerprint
-
-        machine = fingerprint()
-        return machine.key, profiles.resolve(profile, cuda=machine.has_cuda).name
-    return machine_key, profiles.resolve(profile, cuda=not machine_key.startswith("cpu:")).name
-
-
 def _print_steps(steps: Sequence[StoredChangePoint]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    from perfguard.cli.output import print_table
 
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, 160)
-    if not steps:
-        console.print(Text("no steps stored"))
-        return
-    table = Table(title="perfguard steps on the baseline branch", title_justify="left")
-    for column in ("commit", "machine", "impl", "benchmark", "params", "ratio", "status", "cause"):
-        table.add_column(column, overflow="fold")
-    for s in steps:
-        status = f"accepted by {s.acceptance.author}" if s.acceptance is not None else "flagged"
-        params = ", ".join(f"{k}={v}" for k, v in sorted(s.params.items()) if k != "impl")
-        cells = (s.sha[:10], s.machine_key, s.impl, s.benchmark.split(".", 1)[-1], params, f"{s.ratio:.3f}",
-                 status, s.cause or "")  # fmt: skip
-        table.add_row(*(Text(c) for c in cells))
-    console.print(table)
+    columns = ("commit", "machine", "impl", "benchmark", "params", "ratio", "status", "cause")
+    rows = (
+        (
+            s.sha[:10],
+            s.machine_key,
+            s.impl,
+            s.benchmark.split(".", 1)[-1],
+            ", ".join(f"{k}={v}" for k, v in sorted(s.params.items()) if k != "impl"),
+            f"{s.ratio:.3f}",
+            f"accepted by {s.acceptance.author}" if s.acceptance is not None else "flagged",
+            s.cause or "",
+        )
+        for s in steps
+    )
+    print_table("perfguard steps on the baseline branch", columns, rows, empty="no steps stored",
+                min_width=160, overflow="fold")  # fmt: skip

@@ -1,18 +1,21 @@
 """``perfguard check --baseline REF``: the PR gate (the pipeline is :mod:`perfguard.gate`).
 
-This module only declares the options, opens the bench, calls :func:`perfguard.gate.run_check`,
-prints the verdict table and writes the reports.  Exit 0 no regression, 1 regression (or broken /
-failed benchmark), 2 usage or environment error.
+This module only declares the options, calls :func:`perfguard.api.check` (which opens the bench,
+runs :func:`perfguard.gate.run_check` and writes the reports) and prints the verdict table.  Exit 0
+no regression, 1 regression (or broken / failed benchmark), 2 usage or environment error.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from perfguard.cli.options import bench_option, db_option, profile_option, rounds_option
+
+if TYPE_CHECKING:
+    from perfguard.gate import CheckOutcome
 
 _path = click.Path(dir_okay=False, path_type=Path)
 
@@ -101,77 +104,66 @@ def check(
     Exit codes: 0 no regression, 1 regression / broken implementation / failed benchmark,
     2 usage or environment error (the message says what to do).
     """
-    from perfguard.cli.measure import console_reporter, say
-    from perfguard.gate import run_check, write_reports
-    from perfguard.measuring import open_bench
+    from perfguard import api
+    from perfguard.cli.output import say
+    from perfguard.cli.progress import console_reporter
 
-    with (
-        console_reporter() as reporter,
-        open_bench(
-            profile_name=profile,
-            bench_regex=bench_regex,
-            db_url=db_url,
-            threshold=threshold,
-            reporter=reporter,
-            trusted=not untrusted,
-            results_db_url=results_db_url,
-        ) as bench,
-    ):
-        outcome = run_check(
-            bench,
+    with console_reporter() as reporter:
+        outcome = api.check(
             baseline_ref,
+            threshold=threshold,
+            profile=profile,
+            bench=bench_regex,
             rounds=rounds,
+            db=db_url,
+            markdown=markdown_path,
+            json_path=json_path,
+            html=html_path,
             fresh=fresh,
-            verify=not no_verify,
             verify_report=verify_report,
+            no_verify=no_verify,
+            untrusted=untrusted,
+            results_db=results_db_url,
             accept_approved_by=accept_approved_by,
+            reporter=reporter,
         )
-        _print_verdicts(outcome.result, outcome.stored, bench.store)
-        for path in write_reports(
-            bench, outcome.stored, markdown=markdown_path, html=html_path, json_path=json_path
-        ):
-            say(f"wrote {path}")
-        say(f"check {outcome.check_id} stored in {bench.store.url} ({outcome.seconds:.0f} s)")
+    _print_verdicts(outcome)
+    for path in outcome.written:
+        say(f"wrote {path}")
+    say(f"check {outcome.check_id} stored in {outcome.store} ({outcome.seconds:.0f} s)")
     ctx.exit(outcome.exit_code)
 
 
-def _print_verdicts(result: Any, stored: Any, store: Any) -> None:
+def _print_verdicts(outcome: CheckOutcome) -> None:
     """The verdict table on stdout: every item that is news, then the count of the rest."""
-    from rich.console import Console
-    from rich.table import Table
     from rich.text import Text
 
+    from perfguard.cli.output import stdout_console, text_table
     from perfguard.report import formatting
 
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, 180)
-    quiet = ("unchanged", "skipped")
-    notable = [i for i in result.items if str(i.verdict) not in quiet]
-    table = Table(title=f"perfguard check {stored.id}: {stored.verdict}", title_justify="left")
-    for column in ("verdict", "impl", "benchmark", "params", "ratio", "95% CI", "p", "reason"):
-        table.add_column(column, overflow="fold")
+    result, stored = outcome.result, outcome.stored
+    notable = [i for i in result.items if str(i.verdict) not in ("unchanged", "skipped")]
     style = {"regression": "bold red", "broken": "bold red", "failed": "red", "improvement": "green",
              "unstable": "yellow", "accepted": "cyan"}  # fmt: skip
+    rows = []
     for item in notable:
-        params = formatting.params_label({k: v for k, v in item.params.items() if k != "impl"})
         ci = f"{item.ci_low:.2f}–{item.ci_high:.2f}" if item.ci_low and item.ci_high else ""
-        cells = (
+        rows.append((
             str(item.verdict),
             item.impl,
             formatting.metric_label(item.benchmark),
-            params,
+            formatting.params_label({k: v for k, v in item.params.items() if k != "impl"}),
             f"{item.ratio:.3f}" if item.ratio is not None else "",
             ci,
             f"{item.p_value:.1g}" if item.p_value is not None else "",
             item.reason,
-        )
-        # Text, not markup: names and reasons are data (an implementation may be called "[/oops]")
-        table.add_row(*(Text(c) for c in cells), style=style.get(str(item.verdict)))
+        ))  # fmt: skip
+    console = stdout_console(180)
     if notable:
-        console.print(table)
-    from perfguard.report import build_report
-
-    counts = ", ".join(f"{n} {v}" for v, n in result.counts().items() if n)
-    console.print(Text(build_report(stored, store=store).headline))
+        columns = ("verdict", "impl", "benchmark", "params", "ratio", "95% CI", "p", "reason")
+        title = f"perfguard check {stored.id}: {stored.verdict}"
+        styles = (style.get(str(i.verdict)) for i in notable)
+        console.print(text_table(title, columns, rows, styles=styles, overflow="fold"))
+    counts = ", ".join(f"{v} {n}" for v, n in result.counts().items() if n)
+    console.print(Text(outcome.headline))
     console.print(Text(f"{len(result.items)} items: {counts}"), style="dim")

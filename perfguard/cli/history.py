@@ -1,8 +1,9 @@
 """``perfguard history``: the stored series as a table, or as JSON.
 
-One section per series (machine key x benchmark x params), newest commit first, with each
-commit's value, its spread (interquartile range relative to the value), the samples behind it, and
-the change from the commit before.  Changes beyond the default 20% threshold in the worse
+Options and output only; the reading is :func:`perfguard.api.history`.  One section per series
+(machine key x benchmark x params), newest commit first, with each commit's value, its spread
+(interquartile range relative to the value), the samples behind it, and the change from the
+commit before.  Changes beyond the default 20% threshold in the worse
 direction are red, in the better direction green: a quick look, not a verdict (``perfguard check``
 decides with statistics).
 
@@ -16,18 +17,18 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from perfguard.cli.options import db_option
-from perfguard.console import plain, visible
+from perfguard.console import plain
 from perfguard.files import write_atomic
 
 if TYPE_CHECKING:
     from rich.text import Text
 
-    from perfguard.store import Series, SeriesPoint, Store
+    from perfguard.store import Series, SeriesPoint
 
 _HIGHLIGHT = 0.20  # the default regression threshold (DESIGN.md)
 
@@ -66,116 +67,41 @@ def history(
     db_url: str | None,
 ) -> None:
     """Print the stored series (filters: implementation, benchmark, machine)."""
-    from perfguard.errors import StoreError
-    from perfguard.store import Store, resolve
+    from perfguard import api
+    from perfguard.cli.output import say
 
-    store_url = resolve(db_url)
-    path = store_url.sqlite_path
-    if path is not None and not path.exists():
-        if not store_url.is_default:
-            raise StoreError(
-                f"there is no history store at {path}",
-                hint="check --db (or PERFGUARD_DB); perfguard run creates the store when it records results",
-            )
-        _say_empty(json_path, store_url.masked, "no history store here yet: perfguard run records results")
-        return
-
-    with Store.open(db_url, read_only=True) as store:
-        found = store.series(
-            machine=machine,
-            benchmark=benchmark,
-            impl=impl,
-            profile=profile,
-            branch=branch,
-            include_dirty=include_dirty,
-            last=limit,
-            match="contains",
-        )
-        if not found and json_path is None:
-            click.echo(_nothing_found(store, impl=impl, benchmark=benchmark, machine=machine), err=True)
-            return
-        if json_path is not None:
-            _write_json(json_path, store.url, found)
-        else:
-            _print_table(store.url, found)
-
-
-def _say_empty(json_path: Path | None, where: str, message: str) -> None:
+    found = api.history(
+        impl=impl,
+        benchmark=benchmark,
+        machine=machine,
+        profile=profile,
+        branch=branch,
+        include_dirty=include_dirty,
+        limit=limit,
+        db=db_url,
+    )
     if json_path is not None:
-        _write_json(json_path, where, [])
+        text = json.dumps(found.to_json(), indent=2, allow_nan=False) + "\n"
+        if str(json_path) == "-":
+            click.echo(text, nl=False)
+        else:
+            write_atomic(json_path, text)
+    elif found.message is not None:
+        say(found.message)
     else:
-        click.echo(f"{where}: {message}", err=True)
-
-
-def _nothing_found(store: Store, *, impl: str | None, benchmark: str | None, machine: str | None) -> str:
-    filters = {"impl": impl, "benchmark": benchmark, "machine": machine}
-    given = ", ".join(f"{name}={visible(repr(v))}" for name, v in filters.items() if v is not None)
-    if not given:
-        return f"{store.url}: no results stored yet (perfguard run records some)"
-    lines = [f"{store.url}: no stored series match {given}"]
-    for name, value in filters.items():
-        if value is not None:
-            known = store.distinct(name)
-            shown = ", ".join(visible(k) for k in known[:12]) + (", ..." if len(known) > 12 else "")
-            lines.append(f"  stored {name} values: {shown or '(none)'}")
-    return "\n".join(lines)
-
-
-# --- JSON ----------------------------------------------------------------------------------------
-
-
-def _write_json(json_path: Path, where: str, found: list[Series]) -> None:
-    document = {"store": where, "series": [_series_json(s) for s in found]}
-    text = json.dumps(document, indent=2, allow_nan=False) + "\n"
-    if str(json_path) == "-":
-        click.echo(text, nl=False)
-    else:
-        write_atomic(json_path, text)
-
-
-def _series_json(series: Series) -> dict[str, Any]:
-    return {
-        "machine_key": series.machine_key,
-        "machine_label": series.machine_label,
-        "benchmark": series.benchmark,
-        "impl": series.impl,
-        "params": dict(series.params),
-        "params_key": series.params_key,
-        "metric": series.metric,
-        "unit": series.unit,
-        "direction": series.direction,
-        "gated": series.gated,
-        "points": [
-            {
-                "sha": p.sha,
-                "committed_at": p.committed_at.isoformat(),
-                "branch": p.branch,
-                "subject": p.subject,
-                "dirty": p.dirty,
-                "status": p.status,
-                "value": p.value,
-                "q25": p.q25,
-                "q75": p.q75,
-                "n_runs": p.n_runs,
-                "n_samples": p.n_samples,
-                "method": p.method,
-                "error": p.error,
-            }
-            for p in series.points
-        ],
-    }
+        _print_table(found.store, found.series)
 
 
 # --- table ---------------------------------------------------------------------------------------
 
 
 def _print_table(where: str, found: list[Series]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, 200)  # logs and pipes: do not squeeze the table to 80 columns
+    from perfguard.cli.output import stdout_console
+    from perfguard.store import short_benchmark
+
+    console = stdout_console(200)
     n_points = sum(len(s.points) for s in found)
     table = Table(title=plain(f"{len(found)} series, {n_points} points: {where}"), title_justify="left")
     table.add_column("machine", overflow="fold")
@@ -195,7 +121,7 @@ def _print_table(where: str, found: list[Series]) -> None:
             older = points[i - 1] if i > 0 else None
             table.add_row(
                 plain(series.machine_key if first else ""),
-                plain(_short_benchmark(series.benchmark) if first else ""),
+                plain(short_benchmark(series.benchmark) if first else ""),
                 plain(series.params_key if first else ""),
                 plain(point.sha[:10] + ("+dirty" if point.dirty else "")),
                 point.committed_at.strftime("%Y-%m-%d %H:%M"),
@@ -205,12 +131,6 @@ def _print_table(where: str, found: list[Series]) -> None:
                 _change(point, older, series.direction),
             )
     console.print(table)
-
-
-def _short_benchmark(name: str) -> str:
-    """``bench_attention.Forward.track_time`` -> ``Forward.track_time`` (the suite module is noise)."""
-    parts = name.split(".")
-    return ".".join(parts[1:]) if len(parts) > 2 else name
 
 
 def _value(point: SeriesPoint, unit: str) -> Text:

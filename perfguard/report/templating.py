@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+from collections.abc import Iterable
 from functools import cache
 from importlib import resources
 
@@ -74,6 +75,16 @@ def code(value: object, limit: int = 80) -> Markup:
     return Markup(f"`{raw}`")
 
 
+def verbatim_row(cells: Iterable[object]) -> Markup:
+    """A Markdown table row ``| a | b |`` whose cells are written as they are, but for what would break
+    the table (``|`` escaped, line breaks as spaces).
+
+    For documents a maintainer writes and commits from this machine's own repository (the
+    calibration report, docs/perf/); never for anything a job that ran pull-request code wrote.
+    """
+    return Markup("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+
+
 def static_text(name: str) -> str:
     """The text of a packaged static file (``perfguard/static/<name>``)."""
     return _static_text(name)
@@ -127,6 +138,7 @@ def environment() -> Environment:
         md=md,
         text=text,
         code=code,
+        verbatim_row=verbatim_row,
     )
     env.globals.update(version=__version__)
     return env

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
@@ -68,6 +68,20 @@ class Series:
     @property
     def latest(self) -> SeriesPoint:
         return self.points[-1]
+
+    def to_json(self) -> dict[str, Any]:
+        """The series as plain JSON types (``perfguard history --json``): every field, points without
+        their run ids, dates in ISO 8601."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["params"] = dict(self.params)
+        out["points"] = [
+            {
+                **{name: getattr(p, name) for name in SeriesPoint._fields if name != "run_ids"},
+                "committed_at": p.committed_at.isoformat(),
+            }
+            for p in self.points
+        ]
+        return out
 
 
 def series(

@@ -14,10 +14,12 @@ import json
 import math
 import numbers
 import statistics
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
+
+from perfguard.errors import StoreError
 
 METRICS = ("time", "memory", "throughput", "efficiency", "flops", "ops", "kernels", "allocated")
 DIRECTIONS = ("lower", "higher")
@@ -30,8 +32,22 @@ IGNORED_SAMPLES = "ignored_samples"
 MEASUREMENT_PURPOSES = ("run", "baseline", "head")
 
 
+NOTHING_WRITTEN = "nothing was written to the store"
+
+
 class RecordError(ValueError):
     """A record that cannot be stored as it is (the store turns it into a StoreError)."""
+
+
+def check_record(what: str, validate: Callable[[], None]) -> None:
+    """Run one record's ``validate``; a :class:`RecordError` becomes a StoreError naming ``what``."""
+    try:
+        validate()
+    except RecordError as exc:
+        raise StoreError(
+            f"{what} cannot be stored: {exc}; {NOTHING_WRITTEN}",
+            hint="the value came from perfguard itself or a benchmark suite; fix it there (or report a bug)",
+        ) from None
 
 
 def params_key(params: Mapping[str, Any]) -> str:
@@ -229,8 +245,9 @@ class ResultRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunRecord:
-    """One run (one round of one measurement) with its results, as ``Store.record_runs`` takes it."""
+class RunFields:
+    """What one run (one round of one measurement) was measured as: the ``runs`` columns a writer
+    fills, shared by :class:`RunRecord` (written) and :class:`StoredRun` (read back)."""
 
     profile: str
     purpose: str = "run"
@@ -241,11 +258,17 @@ class RunRecord:
     command: str = ""
     started_at: datetime
     finished_at: datetime
-    results: Sequence[ResultRecord] = ()
     # Measured by a trusted context: the baseline branch's workflow or a maintainer's own command,
     # never a job that ran pull-request code (docs/ci.md, "Trust model").  Only trusted runs are
     # baselines (the reads' ``trusted_only``).  False unless the writer says so: fail closed.
     trusted: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRecord(RunFields):
+    """One run with its results, as ``Store.record_runs`` takes it."""
+
+    results: Sequence[ResultRecord] = ()
 
     def validate(self) -> None:
         require_text("profile", self.profile, 32)
@@ -269,17 +292,22 @@ class RunRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class CheckItemRecord:
-    """One verdict of a check (a benchmark x params, or an implementation new / missing / broken)."""
+    """One verdict of a check (a benchmark x params, or an implementation new / missing / broken).
+
+    Its fields are the ``check_items`` columns (:data:`CHECK_ITEM_COLUMNS`), in the order the check
+    reports show them; :class:`perfguard.compare.Item` is this record plus what a comparison knows
+    and does not store.
+    """
 
     benchmark: str
     impl: str
     params: Mapping[str, Any]
+    params_key: str = ""
     metric: str
     unit: str
     direction: str
     gated: bool
     verdict: str
-    threshold: float
     base_value: float | None = None
     head_value: float | None = None
     ratio: float | None = None
@@ -287,12 +315,12 @@ class CheckItemRecord:
     ci_high: float | None = None
     p_value: float | None = None
     noise: float | None = None
+    threshold: float
     method: str | None = None
     retried: bool = False
     base_n: int = 0
     head_n: int = 0
     reason: str = ""
-    params_key: str = ""
 
     def __post_init__(self) -> None:
         _fill_params_key(self)
@@ -335,6 +363,16 @@ class CheckItemRecord:
             raise RecordError("reason must be text")
 
 
+#: Where a result's fields are stored: ``result_data`` holds the bulky ones (the history scans never
+#: read them), ``results`` every other field of :class:`ResultRecord` (``n_samples`` included).
+RESULT_DATA_COLUMNS = ("samples", "info")
+RESULT_COLUMNS = tuple(f.name for f in fields(ResultRecord) if f.name not in RESULT_DATA_COLUMNS)
+#: The ``runs`` columns a writer fills: every field of :class:`RunFields`.
+RUN_COLUMNS = tuple(f.name for f in fields(RunFields))
+#: The ``check_items`` columns: every field of :class:`CheckItemRecord`.
+CHECK_ITEM_COLUMNS = tuple(f.name for f in fields(CheckItemRecord))
+
+
 # --- outputs -----------------------------------------------------------------------------------
 
 
@@ -354,24 +392,14 @@ class StoredCommit(CommitRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
-class StoredRun:
-    """A stored run (without its results)."""
+class StoredRun(RunFields):
+    """A stored run (without its results): where and when, and how many results it holds."""
 
     id: int
     machine_key: str
     sha: str
-    profile: str
-    purpose: str
-    round: int
-    software: Mapping[str, Any]
-    fingerprint: Mapping[str, Any]
-    settings: Mapping[str, Any]
-    command: str
-    started_at: datetime
-    finished_at: datetime
     status: str
     n_results: int
-    trusted: bool
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
@@ -360,35 +360,9 @@ def change_points(
 
 # --- plumbing ------------------------------------------------------------------------------------------
 
-_ACCEPTANCE_FIELDS = (
-    "impl",
-    "benchmark",
-    "metric",
-    "params",
-    "ceiling",
-    "reason",
-    "source",
-    "author",
-    "approved_by",
-    "trusted",
-)
-_CHANGE_POINT_FIELDS = (
-    "benchmark",
-    "impl",
-    "params",
-    "params_key",
-    "metric",
-    "unit",
-    "direction",
-    "before",
-    "after",
-    "ratio",
-    "threshold",
-    "reason",
-    "cause",
-    "software_changes",
-    "acceptance_id",
-)
+# The columns of each table that hold a record's fields: every field of the record.
+_ACCEPTANCE_FIELDS = tuple(f.name for f in fields(AcceptanceRecord))
+_CHANGE_POINT_FIELDS = tuple(f.name for f in fields(ChangePointRecord))
 
 
 def _text(value: Any) -> str:

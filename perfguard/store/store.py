@@ -2,48 +2,46 @@
 
 See the package docstring (``perfguard.store``) for the API in one place.  Every write is one
 transaction that is validated completely before it starts; every read returns frozen dataclasses,
-never ORM objects.  Machines and commits are upserted with ``INSERT ... ON CONFLICT DO NOTHING``
-followed by a read, which is safe when two runners record the same commit at the same moment.
+never ORM objects.  :class:`Store` owns the engine, the transactions and the read-only guard; what
+goes into each transaction is in the modules of one table family each: :mod:`~perfguard.store.runs`
+(runs and results), :mod:`~perfguard.store.checks`, :mod:`~perfguard.store.regressions`
+(acceptances and change points), :mod:`~perfguard.store.history` (series for the site), with
+machines and commits upserted by :mod:`~perfguard.store.rows`; :mod:`~perfguard.store.probes`
+answers whether a write would fail before anything is measured.
 """
 
 from __future__ import annotations
 
-import errno
-import os
-import shutil
-import sqlite3
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, func, insert, select, text
+from sqlalchemy import Engine, select
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session, joinedload, selectinload
+from sqlalchemy.orm import Session
 
 from perfguard.errors import StoreError
-from perfguard.store import history, regressions, schema
-from perfguard.store.engine import NO_SPACE, READ_ONLY_HINT, WRITE_OPTION, create, explain
-from perfguard.store.models import Check, CheckItem, Commit, Machine, Result, ResultData, Run
+from perfguard.store import checks, history, probes, regressions, schema
+from perfguard.store import runs as run_queries
+from perfguard.store.engine import READ_ONLY_HINT, WRITE_OPTION, create, explain
+from perfguard.store.models import Commit, Machine, Result
 from perfguard.store.records import (
     MEASUREMENT_PURPOSES,
+    NOTHING_WRITTEN,
     CheckItemRecord,
     CommitRecord,
     MachineRecord,
-    RecordError,
     ResultRecord,
     RunRecord,
     StoredCheck,
-    StoredCheckItem,
     StoredCommit,
     StoredMachine,
-    StoredResult,
     StoredRun,
+    check_record,
     require_aware,
-    require_json,
     require_text,
 )
 from perfguard.store.regressions import (
@@ -52,63 +50,9 @@ from perfguard.store.regressions import (
     StoredAcceptance,
     StoredChangePoint,
 )
+from perfguard.store.rows import stored_commit, stored_machine, upsert_commit, upsert_machine
+from perfguard.store.runs import ResultsByKey
 from perfguard.store.url import StoreURL, resolve
-
-ResultsByKey = dict[tuple[str, str], list[StoredResult]]
-"""Results grouped by ``(benchmark, params_key)``; each list holds one entry per run (round), oldest first."""
-
-# ResultRecord fields stored in ``results`` (n_samples is derived) and in ``result_data``.
-_RESULT_FIELDS = (
-    "benchmark",
-    "impl",
-    "params",
-    "params_key",
-    "metric",
-    "unit",
-    "direction",
-    "gated",
-    "status",
-    "value",
-    "n_samples",
-    "q25",
-    "q75",
-    "method",
-    "error",
-    "benchmark_version",
-)
-_RESULT_DATA_FIELDS = ("samples", "info")
-_CHECK_ITEM_FIELDS = (
-    "benchmark",
-    "impl",
-    "params",
-    "params_key",
-    "metric",
-    "unit",
-    "direction",
-    "gated",
-    "verdict",
-    "base_value",
-    "head_value",
-    "ratio",
-    "ci_low",
-    "ci_high",
-    "p_value",
-    "noise",
-    "threshold",
-    "method",
-    "retried",
-    "base_n",
-    "head_n",
-    "reason",
-)
-_NOTHING_WRITTEN = "nothing was written to the store"
-# The tables perfguard writes (check_writable asks PostgreSQL for INSERT on each, and USAGE of
-# their id sequences); alembic_version only matters to migrations.
-_WRITTEN_TABLES = ("machines", "commits", "runs", "results", "result_data", "checks", "check_items")
-MIN_FREE_BYTES = 16 * 2**20
-"""check_writable() refuses a SQLite store on a disk with less free space than this (a run of a
-production suite writes about 1 MB; the WAL grows by as much again before a checkpoint)."""
-_PROBE_BYTES = 64 * 2**10
 
 
 class Store:
@@ -198,39 +142,19 @@ class Store:
         """
         return self._url.files
 
-    def check_writable(self, *, min_free_bytes: int = MIN_FREE_BYTES) -> None:
+    def check_writable(self, *, min_free_bytes: int = probes.MIN_FREE_BYTES) -> None:
         """Raise :class:`StoreError` when a write would fail, before anything is measured.
 
         Cheap (milliseconds): a read-only store; on SQLite, a directory that refuses a new file
         (SQLite writes its -wal/-shm/-journal files there), a disk with less than
         ``min_free_bytes`` free or that refuses a small write with "no space left", a file or
         filesystem that is read-only; on PostgreSQL, a read-only session or role and a user
-        without INSERT on perfguard's tables.  Each error says which, and what to do.
+        without INSERT on perfguard's tables.  Each error says which, and what to do
+        (:mod:`perfguard.store.probes`).
         """
-        if self.read_only:
-            raise StoreError(
-                f"the history store {self.url} was opened read-only: perfguard will not write to it",
-                hint=READ_ONLY_HINT,
-            )
-        path = self._url.sqlite_path
-        if path is not None:
-            _probe_directory(path.parent, min_free_bytes)
-            if path.exists() and not os.access(path, os.W_OK):
-                raise StoreError(
-                    f"the history store {path} is not writable by this user",
-                    hint=f"make it writable (chmod u+w {path}), or point --db at a store you may write",
-                )
-        try:
-            with self._engine.connect() as connection:
-                if self.dialect == "sqlite":
-                    connection.execution_options(**{WRITE_OPTION: True})
-                    with connection.begin() as transaction:  # BEGIN IMMEDIATE: the write lock
-                        connection.execute(text("UPDATE alembic_version SET version_num = version_num"))
-                        transaction.rollback()
-                elif self.dialect == "postgresql":
-                    _probe_postgres(connection, self.url)
-        except SQLAlchemyError as exc:
-            raise explain(exc, self._url, "writing to") from None
+        probes.check_writable(
+            self._engine, self._url, read_only=self.read_only, min_free_bytes=min_free_bytes
+        )
 
     @property
     def engine(self) -> Engine:
@@ -238,46 +162,10 @@ class Store:
         return self._engine
 
     def snapshot(self, target: Path) -> Path:
-        """Copy a SQLite store to ``target``: consistent, read-only, readable from any directory.
-
-        For PR runners (docs/ci.md, "Trust model"): the baseline workflow publishes a snapshot
-        that PR jobs open with ``read_only=True``.  SQLite's online backup copies a consistent
-        state while writers carry on; the copy uses a rollback journal instead of WAL, because a
-        WAL database can only be read where SQLite may create its -shm file (a read-only mount
-        cannot).  Written under a temporary name and renamed, so a reader never sees half a copy;
-        the file is made read-only (0444).  Returns ``target``.
-        """
-        if self.dialect != "sqlite" or self._url.sqlite_path is None:
-            raise StoreError(
-                f"{self.url} is not a SQLite file: snapshots are of SQLite stores",
-                hint="PR jobs read a PostgreSQL store through a read-only role instead (docs/ci.md)",
-            )
-        target = Path(target)
-        if target.resolve() in {f.resolve() for f in self.files}:
-            raise StoreError(
-                f"the snapshot {target} would overwrite the store itself", hint="pick another path"
-            )
-        if not target.parent.is_dir():
-            raise StoreError(f"the directory of the snapshot {target} does not exist", hint="create it first")
-        partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
-        try:
-            with self._engine.connect() as connection:
-                source = connection.connection.driver_connection
-                copy = sqlite3.connect(partial)
-                try:
-                    source.backup(copy)
-                    copy.execute("PRAGMA journal_mode = DELETE")
-                finally:
-                    copy.close()
-            partial.chmod(0o444)
-            os.replace(partial, target)
-        except (SQLAlchemyError, sqlite3.Error, OSError) as exc:
-            partial.unlink(missing_ok=True)
-            raise StoreError(
-                f"copying {self.url} to {target} failed: {exc}",
-                hint="check that the target's directory is writable and has room",
-            ) from None
-        return target
+        """Copy a SQLite store to ``target``: consistent, read-only (0444), readable from any directory
+        (:func:`perfguard.store.probes.snapshot`: what PR runners open with ``read_only=True``).
+        Returns ``target``."""
+        return probes.snapshot(self._engine, self._url, Path(target))
 
     # --- machines and commits --------------------------------------------------------------------
 
@@ -287,10 +175,10 @@ class Store:
         """The machine with this key, created if new (an existing row is returned unchanged)."""
         self._refuse_if_read_only("recording a machine in")
         record = MachineRecord(key=key, kind=kind, label=label, attributes=attributes)
-        _check("machine", record.validate)
+        check_record("machine", record.validate)
         with self._writing("recording a machine in") as session:
-            machine_id = self._upsert_machine(session, record)
-            return _stored_machine(session.get_one(Machine, machine_id))
+            machine_id = upsert_machine(session, record, self.dialect)
+            return stored_machine(session.get_one(Machine, machine_id))
 
     def get_or_create_commit(
         self,
@@ -315,15 +203,15 @@ class Store:
             author=author,
             committed_at=committed_at,
         )
-        _check("commit", record.validate)
+        check_record("commit", record.validate)
         with self._writing("recording a commit in") as session:
-            commit_id = self._upsert_commit(session, record)
-            return _stored_commit(session.get_one(Commit, commit_id))
+            commit_id = upsert_commit(session, record, self.dialect)
+            return stored_commit(session.get_one(Commit, commit_id))
 
     def machines(self) -> list[StoredMachine]:
         """Every machine key in the store, by key."""
         with self._reading("listing the machines of") as session:
-            return [_stored_machine(m) for m in session.scalars(select(Machine).order_by(Machine.key))]
+            return [stored_machine(m) for m in session.scalars(select(Machine).order_by(Machine.key))]
 
     # --- runs --------------------------------------------------------------------------------------
 
@@ -375,77 +263,16 @@ class Store:
         writer says so); only trusted runs are baselines.
         """
         self._refuse_if_read_only("recording a run in")
-        _check("machine", machine.validate)
-        _check("commit", commit.validate)
-        if not runs:
-            raise StoreError(f"no runs to record; {_NOTHING_WRITTEN}", hint="measure something first")
-        for n, run in enumerate(runs, start=1):
-            where = "run" if len(runs) == 1 else f"run {n} of {len(runs)}"
-            _check(where, run.validate)
-            seen: dict[tuple[str, str], int] = {}
-            for i, record in enumerate(run.results, start=1):
-                _check(f"result {i} of {len(run.results)} ({_describe(record)})", record.validate)
-                if record.key in seen:
-                    raise StoreError(
-                        f"results {seen[record.key]} and {i} of the run are both {record.describe()}; "
-                        f"{_NOTHING_WRITTEN}",
-                        hint="a run holds one result per benchmark x params",
-                    )
-                seen[record.key] = i
-
-        stored: list[StoredRun] = []
+        run_queries.validate_runs(machine, commit, runs)
         with self._writing("recording a run in") as session:
-            machine_id = self._upsert_machine(session, machine)
-            commit_id = self._upsert_commit(session, commit)
-            for record in runs:
-                run = Run(
-                    machine_id=machine_id,
-                    commit_id=commit_id,
-                    profile=record.profile,
-                    purpose=record.purpose,
-                    round=record.round,
-                    software=dict(record.software),
-                    fingerprint=dict(record.fingerprint),
-                    settings=dict(record.settings),
-                    command=record.command,
-                    started_at=record.started_at,
-                    finished_at=record.finished_at,
-                    status="complete",
-                    trusted=record.trusted,
-                )
-                session.add(run)
-                session.flush()
-                ids = session.scalars(
-                    insert(Result).returning(Result.id, sort_by_parameter_order=True),
-                    [{"run_id": run.id, **_result_values(r)} for r in record.results],
-                ).all()
-                session.execute(
-                    insert(ResultData),
-                    [
-                        {"result_id": result_id, "samples": r.samples, "info": dict(r.info)}
-                        for result_id, r in zip(ids, record.results, strict=True)
-                    ],
-                )
-                stored.append(
-                    StoredRun(
-                        id=run.id,
-                        machine_key=machine.key,
-                        sha=commit.sha,
-                        profile=record.profile,
-                        purpose=record.purpose,
-                        round=record.round,
-                        software=dict(record.software),
-                        fingerprint=dict(record.fingerprint),
-                        settings=dict(record.settings),
-                        command=record.command,
-                        started_at=record.started_at.astimezone(timezone.utc),
-                        finished_at=record.finished_at.astimezone(timezone.utc),
-                        status="complete",
-                        n_results=len(record.results),
-                        trusted=record.trusted,
-                    )
-                )
-        return stored
+            return run_queries.insert_runs(
+                session,
+                upsert_machine(session, machine, self.dialect),
+                upsert_commit(session, commit, self.dialect),
+                machine_key=machine.key,
+                sha=commit.sha,
+                runs=runs,
+            )
 
     def runs_for(
         self,
@@ -460,19 +287,8 @@ class Store:
 
         ``trusted_only``: only runs a trusted context measured (what a baseline may be made of).
         """
-        n_results = select(func.count(Result.id)).where(Result.run_id == Run.id).scalar_subquery()
-        stmt = (
-            select(Run, n_results)
-            .join(Commit, Run.commit_id == Commit.id)
-            .join(Machine, Run.machine_id == Machine.id)
-            .where(*_run_filter(machine_key, sha, profile, purposes, trusted_only))
-            .order_by(Run.started_at, Run.id)
-        )
         with self._reading("reading runs from") as session:
-            return [
-                _stored_run(run, machine_key=machine_key, sha=sha, n_results=count)
-                for run, count in session.execute(stmt)
-            ]
+            return run_queries.runs_for(session, machine_key, sha, profile, purposes, trusted_only)
 
     def results_for(
         self,
@@ -489,40 +305,8 @@ class Store:
         (its ``round``, ``run_id``, ``purpose`` and ``trusted`` say which), oldest run first.
         ``trusted_only``: only results of trusted runs (the check's baseline side).
         """
-        stmt = (
-            select(
-                *(getattr(Result, name) for name in _RESULT_FIELDS),
-                *(getattr(ResultData, name) for name in _RESULT_DATA_FIELDS),
-                Result.id,
-                Result.run_id,
-                Run.round,
-                Run.purpose,
-                Run.started_at,
-                Run.trusted,
-            )
-            .join_from(Result, Run, Result.run_id == Run.id)
-            .join(Commit, Run.commit_id == Commit.id)
-            .join(Machine, Run.machine_id == Machine.id)
-            .join(ResultData, ResultData.result_id == Result.id)
-            .where(*_run_filter(machine_key, sha, profile, purposes, trusted_only))
-            .order_by(Result.benchmark, Result.params_key, Run.started_at, Run.id)
-        )
-        grouped: ResultsByKey = {}
         with self._reading("reading results from") as session:
-            for row in session.connection().execute(stmt).mappings():
-                values = {name: row[name] for name in (*_RESULT_FIELDS, *_RESULT_DATA_FIELDS)}
-                del values["n_samples"]  # derived from the samples
-                stored = StoredResult(
-                    **values,
-                    id=row["id"],
-                    run_id=row["run_id"],
-                    round=row["round"],
-                    purpose=row["purpose"],
-                    started_at=row["started_at"],
-                    trusted=row["trusted"],
-                )
-                grouped.setdefault(stored.key, []).append(stored)
-        return grouped
+            return run_queries.results_for(session, machine_key, sha, profile, purposes, trusted_only)
 
     def has_complete_run(
         self,
@@ -537,15 +321,8 @@ class Store:
 
         ``trusted_only``: by a trusted context (an untrusted run never stands in for a baseline).
         """
-        stmt = (
-            select(Run.id)
-            .join(Commit, Run.commit_id == Commit.id)
-            .join(Machine, Run.machine_id == Machine.id)
-            .where(*_run_filter(machine_key, sha, profile, purposes, trusted_only))
-            .limit(1)
-        )
         with self._reading("reading runs from") as session:
-            return session.scalar(stmt) is not None
+            return run_queries.has_complete_run(session, machine_key, sha, profile, purposes, trusted_only)
 
     # --- checks ------------------------------------------------------------------------------------
 
@@ -570,96 +347,33 @@ class Store:
         """Store one check and its verdicts in one transaction; return its id."""
         self._refuse_if_read_only("recording a check in")
         created_at = datetime.now(timezone.utc) if created_at is None else created_at
-        _check("machine", machine.validate)
-        _check("head commit", head.validate)
-        _check("base commit", base.validate)
-
-        def validate_check() -> None:
-            require_text("baseline_ref", baseline_ref, 255)
-            require_text("profile", profile, 32)
-            require_text("verdict", verdict, 16)
-            if (
-                isinstance(threshold, bool)
-                or not isinstance(threshold, (int, float))
-                or threshold != threshold
-            ):
-                raise RecordError(f"threshold must be a number, not {threshold!r}")
-            if not isinstance(exit_code, int) or isinstance(exit_code, bool):
-                raise RecordError(f"exit_code must be an int, not {exit_code!r}")
-            for name, value in (("summary", summary), ("environment", environment), ("config", config)):
-                require_json(name, value, mapping=True)
-            if not isinstance(command, str):
-                raise RecordError("command must be text")
-            require_aware("created_at", created_at)
-
-        _check("check", validate_check)
-        for i, item in enumerate(items, start=1):
-            _check(f"check item {i} of {len(items)} ({item.benchmark}({item.params_key}))", item.validate)
-
+        values = {
+            "baseline_ref": baseline_ref,
+            "profile": profile,
+            "threshold": threshold,
+            "verdict": verdict,
+            "exit_code": exit_code,
+            "summary": summary,
+            "environment": environment,
+            "config": config,
+            "command": command,
+            "created_at": created_at,
+        }
+        checks.validate_check(machine, head, base, values, items)
         with self._writing("recording a check in") as session:
-            check = Check(
-                machine_id=self._upsert_machine(session, machine),
-                head_commit_id=self._upsert_commit(session, head),
-                base_commit_id=self._upsert_commit(session, base),
-                baseline_ref=baseline_ref,
-                profile=profile,
-                threshold=float(threshold),
-                verdict=verdict,
-                exit_code=exit_code,
-                summary=dict(summary),
-                environment=dict(environment),
-                config=dict(config),
-                command=command,
-                created_at=created_at,
+            return checks.insert_check(
+                session,
+                machine_id=upsert_machine(session, machine, self.dialect),
+                head_id=upsert_commit(session, head, self.dialect),
+                base_id=upsert_commit(session, base, self.dialect),
+                values=values,
+                items=items,
             )
-            session.add(check)
-            session.flush()
-            if items:
-                session.execute(
-                    insert(CheckItem),
-                    [
-                        {"check_id": check.id, **{name: getattr(item, name) for name in _CHECK_ITEM_FIELDS}}
-                        for item in items
-                    ],
-                )
-            return check.id
 
     def get_check(self, check_id: int) -> StoredCheck | None:
         """A stored check with its machine, both commits and all items; None if there is none."""
-        stmt = (
-            select(Check)
-            .where(Check.id == check_id)
-            .options(
-                joinedload(Check.machine),
-                joinedload(Check.head_commit),
-                joinedload(Check.base_commit),
-                selectinload(Check.items),
-            )
-        )
         with self._reading("reading a check from") as session:
-            check = session.scalars(stmt).unique().one_or_none()
-            if check is None:
-                return None
-            return StoredCheck(
-                id=check.id,
-                machine=_stored_machine(check.machine),
-                head=_stored_commit(check.head_commit),
-                base=_stored_commit(check.base_commit),
-                baseline_ref=check.baseline_ref,
-                profile=check.profile,
-                threshold=check.threshold,
-                verdict=check.verdict,
-                exit_code=check.exit_code,
-                summary=check.summary,
-                environment=check.environment,
-                config=check.config,
-                command=check.command,
-                created_at=check.created_at,
-                items=tuple(
-                    StoredCheckItem(id=item.id, **{name: getattr(item, name) for name in _CHECK_ITEM_FIELDS})
-                    for item in sorted(check.items, key=lambda item: item.id)
-                ),
-            )
+            return checks.get_check(session, check_id)
 
     # --- acceptances and change points (perfguard.accept, perfguard.changepoints) -----------------
 
@@ -676,12 +390,12 @@ class Store:
         within its ceiling: a maintainer acknowledging a step on the baseline branch after the fact.
         """
         created_at = datetime.now(timezone.utc) if created_at is None else created_at
-        _check("commit", commit.validate)
-        _check("created_at", lambda: require_aware("created_at", created_at))
+        check_record("commit", commit.validate)
+        check_record("created_at", lambda: require_aware("created_at", created_at))
         for i, record in enumerate(acceptances, start=1):
-            _check(f"acceptance {i} of {len(acceptances)}", record.validate)
+            check_record(f"acceptance {i} of {len(acceptances)}", record.validate)
         with self._writing("recording an acceptance in") as session:
-            commit_id = self._upsert_commit(session, commit)
+            commit_id = upsert_commit(session, commit, self.dialect)
             ids = regressions.insert_acceptances(session, commit_id, acceptances, created_at)
         with self._reading("reading acceptances from") as session:
             stored = {a.id: a for a in regressions.acceptances(session, ids=ids, trusted_only=False)}
@@ -714,13 +428,13 @@ class Store:
         detection twice for one commit leaves one row per series.
         """
         detected_at = datetime.now(timezone.utc) if detected_at is None else detected_at
-        _check("machine", machine.validate)
-        _check("commit", commit.validate)
-        _check("previous commit", previous.validate)
-        _check("profile", lambda: require_text("profile", profile, 32))
-        _check("detected_at", lambda: require_aware("detected_at", detected_at))
+        check_record("machine", machine.validate)
+        check_record("commit", commit.validate)
+        check_record("previous commit", previous.validate)
+        check_record("profile", lambda: require_text("profile", profile, 32))
+        check_record("detected_at", lambda: require_aware("detected_at", detected_at))
         for i, point in enumerate(points, start=1):
-            _check(
+            check_record(
                 f"change point {i} of {len(points)} ({point.benchmark}({point.params_key}))", point.validate
             )
         if not points:
@@ -728,9 +442,9 @@ class Store:
         with self._writing("recording change points in") as session:
             ids = regressions.upsert_change_points(
                 session,
-                machine_id=self._upsert_machine(session, machine),
-                commit_id=self._upsert_commit(session, commit),
-                previous_commit_id=self._upsert_commit(session, previous),
+                machine_id=upsert_machine(session, machine, self.dialect),
+                commit_id=upsert_commit(session, commit, self.dialect),
+                previous_commit_id=upsert_commit(session, previous, self.dialect),
                 profile=profile,
                 points=points,
                 detected_at=detected_at,
@@ -774,22 +488,8 @@ class Store:
         """Which of ``shas`` have a complete run on this machine key and profile (one query)."""
         if not shas:
             return set()
-        stmt = (
-            select(Commit.sha)
-            .join(Run, Run.commit_id == Commit.id)
-            .join(Machine, Run.machine_id == Machine.id)
-            .where(
-                Machine.key == machine_key,
-                Commit.sha.in_(list(shas)),
-                Run.profile == profile,
-                Run.purpose.in_(list(purposes)),
-                Run.status == "complete",
-                *([Run.trusted.is_(True)] if trusted_only else []),
-            )
-            .distinct()
-        )
         with self._reading("reading runs from") as session:
-            return set(session.scalars(stmt))
+            return run_queries.measured_shas(session, machine_key, profile, shas, purposes, trusted_only)
 
     # --- history -----------------------------------------------------------------------------------
 
@@ -817,7 +517,7 @@ class Store:
     def _refuse_if_read_only(self, doing: str) -> None:
         if self.read_only:
             raise StoreError(
-                f"{doing} {self.url} refused: the store was opened read-only; {_NOTHING_WRITTEN}",
+                f"{doing} {self.url} refused: the store was opened read-only; {NOTHING_WRITTEN}",
                 hint=READ_ONLY_HINT,
             )
 
@@ -832,7 +532,7 @@ class Store:
                 session.commit()
         except SQLAlchemyError as exc:
             error = explain(exc, self._url, doing, read_only=self.read_only)
-            raise StoreError(f"{error.message}; {_NOTHING_WRITTEN}", hint=error.hint) from exc
+            raise StoreError(f"{error.message}; {NOTHING_WRITTEN}", hint=error.hint) from exc
 
     @contextmanager
     def _reading(self, doing: str) -> Iterator[Session]:
@@ -841,87 +541,6 @@ class Store:
                 yield session
         except SQLAlchemyError as exc:
             raise explain(exc, self._url, doing, read_only=self.read_only) from exc
-
-    def _insert_ignoring_conflict(self, session: Session, model: type[Any], values: dict[str, Any]) -> None:
-        # Imported here: the PostgreSQL dialect package costs ~30 ms to import, paid by every
-        # `perfguard check` on SQLite otherwise (docs/perf/check.md).
-        if self.dialect == "postgresql":
-            from sqlalchemy.dialects import postgresql as dialect
-        else:
-            from sqlalchemy.dialects import sqlite as dialect
-        column = "key" if model is Machine else "sha"
-        session.execute(
-            dialect.insert(model).values(**values).on_conflict_do_nothing(index_elements=[column])
-        )
-
-    def _upsert_machine(self, session: Session, record: MachineRecord) -> int:
-        existing = session.scalar(select(Machine.id).where(Machine.key == record.key))
-        if existing is not None:
-            return existing
-        self._insert_ignoring_conflict(
-            session,
-            Machine,
-            {
-                "key": record.key,
-                "kind": record.kind,
-                "label": record.label,
-                "attributes": dict(record.attributes),
-                "first_seen": datetime.now(timezone.utc),
-            },
-        )
-        return session.scalars(select(Machine.id).where(Machine.key == record.key)).one()
-
-    def _upsert_commit(self, session: Session, record: CommitRecord) -> int:
-        existing = session.scalar(select(Commit.id).where(Commit.sha == record.sha))
-        if existing is not None:
-            return existing
-        self._insert_ignoring_conflict(
-            session,
-            Commit,
-            {
-                "sha": record.sha,
-                "base_sha": record.base_sha,
-                "dirty": record.dirty,
-                "branch": record.branch,
-                "parents": list(record.parents),
-                "subject": record.subject,
-                "author": record.author,
-                "committed_at": record.committed_at,
-            },
-        )
-        return session.scalars(select(Commit.id).where(Commit.sha == record.sha)).one()
-
-
-def _check(what: str, validate: Any) -> None:
-    try:
-        validate()
-    except RecordError as exc:
-        raise StoreError(
-            f"{what} cannot be stored: {exc}; {_NOTHING_WRITTEN}",
-            hint="the value came from perfguard itself or a benchmark suite; fix it there (or report a bug)",
-        ) from None
-
-
-def _describe(record: ResultRecord) -> str:
-    try:
-        return record.describe()
-    except Exception:
-        return "malformed record"
-
-
-def _run_filter(
-    machine_key: str, sha: str, profile: str, purposes: Sequence[str], trusted_only: bool
-) -> list[Any]:
-    where = [
-        Machine.key == machine_key,
-        Commit.sha == sha,
-        Run.profile == profile,
-        Run.purpose.in_(list(purposes)),
-        Run.status == "complete",
-    ]
-    if trusted_only:
-        where.append(Run.trusted.is_(True))
-    return where
 
 
 def _not_readable(store_url: StoreURL, state: schema.SchemaState) -> StoreError:
@@ -937,127 +556,4 @@ def _not_readable(store_url: StoreURL, state: schema.SchemaState) -> StoreError:
         f"reads {state.head}, and a read-only store is never migrated",
         hint="migrate it with a role that may write (perfguard db upgrade --db URL): the baseline "
         "workflow does so on its next run of this perfguard version",
-    )
-
-
-def _probe_directory(directory: Path, min_free_bytes: int) -> None:
-    """The directory of a SQLite store takes a new file and has room: else a StoreError saying which."""
-    try:
-        read_only_fs = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
-        free = shutil.disk_usage(directory).free
-    except OSError as exc:
-        raise StoreError(
-            f"cannot reach the directory of the history store {directory}: {exc.strerror or exc}",
-            hint="create it, or fix the path in --db (or PERFGUARD_DB)",
-        ) from None
-    if read_only_fs:  # before the free space: a read-only mount reports none available
-        raise _not_writable(directory, os.strerror(errno.EROFS))
-    if free < min_free_bytes:
-        wanted = f"{min_free_bytes / 2**20:.0f} MiB"
-        raise _no_space(directory, f"only {free / 2**20:.1f} MiB free (perfguard wants {wanted})")
-    try:
-        handle, name = tempfile.mkstemp(prefix=".perfguard-probe-", dir=directory)
-        try:
-            os.write(handle, b"\0" * _PROBE_BYTES)
-            os.fsync(handle)
-        finally:
-            os.close(handle)
-            os.unlink(name)
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            detail = f"a {_PROBE_BYTES // 1024} KiB test write failed: {exc.strerror}"
-            raise _no_space(directory, detail) from None
-        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise _not_writable(directory, exc.strerror or str(exc)) from None
-        raise StoreError(f"cannot write to the directory of the history store {directory}: {exc}") from None
-
-
-def _not_writable(directory: Path, why: str) -> StoreError:
-    return StoreError(
-        f"the directory of the history store {directory} is not writable ({why}): SQLite writes the "
-        "database and its -wal/-shm/-journal files there",
-        hint="make the directory writable by this user, or point --db (or PERFGUARD_DB) at another place",
-    )
-
-
-def _no_space(directory: Path, detail: str) -> StoreError:
-    return StoreError(
-        f"{NO_SPACE} for the history store in {directory}: {detail}",
-        hint=f"free space on that disk (df -h {directory}), or point --db (or PERFGUARD_DB) at another disk",
-    )
-
-
-def _probe_postgres(connection: Any, where: str) -> None:
-    """A PostgreSQL session that may write: not read-only, INSERT on every table perfguard writes."""
-    if connection.execute(text("SHOW transaction_read_only")).scalar() == "on":
-        raise StoreError(
-            f"the PostgreSQL session for {where} is read-only (default_transaction_read_only is on for "
-            "this role or database, or the server is a standby)",
-            hint="a trusted job needs the role that may write; a PR job's read-only role is "
-            "meant for --db with --untrusted (docs/ci.md, 'Trust model')",
-        )
-    insert_granted = "has_table_privilege(CAST(:t AS text), 'INSERT')"
-    sequence_granted = "has_sequence_privilege(pg_get_serial_sequence(CAST(:t AS text), 'id'), 'USAGE')"
-    missing = []
-    for table in _WRITTEN_TABLES:
-        # result_data is keyed by its result: no id sequence of its own
-        check = insert_granted if table == "result_data" else f"{insert_granted} AND {sequence_granted}"
-        if not connection.execute(text(f"SELECT {check}"), {"t": table}).scalar():
-            missing.append(table)
-    if missing:
-        raise StoreError(
-            f"the PostgreSQL user of {where} may not write to {', '.join(missing)}",
-            hint="GRANT INSERT (and USAGE on their id sequences) to the role a trusted job uses; "
-            "a PR job's read-only role is meant for --db with --untrusted (docs/ci.md)",
-        )
-
-
-def _result_values(record: ResultRecord) -> dict[str, Any]:
-    values = {name: getattr(record, name) for name in _RESULT_FIELDS}
-    values["params"] = dict(record.params)
-    return values
-
-
-def _stored_machine(machine: Machine) -> StoredMachine:
-    return StoredMachine(
-        id=machine.id,
-        key=machine.key,
-        kind=machine.kind,
-        label=machine.label,
-        attributes=machine.attributes,
-        first_seen=machine.first_seen,
-    )
-
-
-def _stored_commit(commit: Commit) -> StoredCommit:
-    return StoredCommit(
-        id=commit.id,
-        sha=commit.sha,
-        base_sha=commit.base_sha,
-        dirty=commit.dirty,
-        branch=commit.branch,
-        parents=tuple(commit.parents),
-        subject=commit.subject,
-        author=commit.author,
-        committed_at=commit.committed_at,
-    )
-
-
-def _stored_run(run: Run, *, machine_key: str, sha: str, n_results: int) -> StoredRun:
-    return StoredRun(
-        id=run.id,
-        machine_key=machine_key,
-        sha=sha,
-        profile=run.profile,
-        purpose=run.purpose,
-        round=run.round,
-        software=run.software,
-        fingerprint=run.fingerprint,
-        settings=run.settings,
-        command=run.command,
-        started_at=run.started_at,
-        finished_at=run.finished_at,
-        status=run.status,
-        n_results=n_results,
-        trusted=run.trusted,
     )

@@ -5,7 +5,8 @@ see :mod:`perfguard.verify.plugins`) is built through its spec, run forward and 
 fresh random inputs with a fixed seed, and compared with the float64 reference of the pattern it
 declares (``attention_pattern``), in every mode × causal case.  The checks (columns of the table,
 keys of the JSON) are listed in :data:`perfguard.verify.results.CHECKS`; the tolerances in
-:mod:`perfguard.verify.numerics`; the order of the steps in :mod:`perfguard.verify.runner`.
+:mod:`perfguard.verify.numerics`; the order of the steps in :mod:`perfguard.verify.runner`
+(rows planned by :mod:`~perfguard.verify.planning`, each case run by :mod:`~perfguard.verify.case`).
 
 Why so many checks: earlier "verify" scripts for these classes only checked shapes, and let
 through attention computed across heads instead of the sequence, block softmaxes summed instead
@@ -54,9 +55,10 @@ Non-finite numbers are written as the strings ``"inf"``/``"nan"`` so the file is
 
 from __future__ import annotations
 
+from perfguard.verify.planning import plan, scope
 from perfguard.verify.plugins import ENV_VAR, ClassImplSpec, external_spec, load_extra_impls, merged_registry
 from perfguard.verify.results import CHECKS, SCHEMA, CheckResult, RowResult, VerifyReport
-from perfguard.verify.runner import plan, run_verify, verify_row
+from perfguard.verify.runner import preload, run_verify, verify_row
 
 __all__ = [
     "CHECKS",
@@ -70,6 +72,8 @@ __all__ = [
     "load_extra_impls",
     "merged_registry",
     "plan",
+    "preload",
     "run_verify",
+    "scope",
     "verify_row",
 ]

@@ -1,0 +1,92 @@
+"""What the commands print on stdout and write to files: tables of data, and reports.
+
+Names, subjects, errors and reasons are data (an implementation may be called ``[/oops]``): table
+cells are rich ``Text``, never markup.  In a log or a pipe the console is given at least the width
+a command's table needs, so CI logs keep one line per row instead of squeezing it to 80 columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from perfguard.files import write_atomic
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+
+def say(message: str) -> None:
+    """A message for the user (stderr, plain text)."""
+    click.echo(message, err=True)
+
+
+def stdout_console(min_width: int) -> Console:
+    """The console on stdout; not a terminal: at least ``min_width`` columns."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, min_width)
+    return console
+
+
+def text_table(
+    title: Any,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    *,
+    styles: Iterable[str | None] | None = None,
+    right: Iterable[str] = (),
+    title_justify: str = "left",
+    **column_options: Any,
+) -> Table:
+    """A rich table whose cells are plain text; ``styles``: one row style per row, ``right``: the
+    columns justified right.
+
+    ``title`` is given to rich as it is: a ``str`` of perfguard's own words (rich's title style), or
+    a ``Text`` when it holds data.
+    """
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title, title_justify=title_justify)  # type: ignore[arg-type]
+    right = set(right)
+    for column in columns:
+        table.add_column(column, justify="right" if column in right else "left", **column_options)
+    row_styles = iter(styles) if styles is not None else None
+    for row in rows:
+        style = next(row_styles) if row_styles is not None else None
+        table.add_row(*(Text(cell) for cell in row), style=style)
+    return table
+
+
+def print_table(
+    title: Any,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    *,
+    empty: str,
+    min_width: int,
+    **options: Any,
+) -> None:
+    """:func:`text_table` on stdout, or the line ``empty`` when there are no rows."""
+    from rich.text import Text
+
+    rows = list(rows)
+    console = stdout_console(min_width)
+    console.print(text_table(title, columns, rows, **options) if rows else Text(empty))
+
+
+def write_output(path: Path, text: str, *, allow_dash: bool = False) -> None:
+    """Write ``text`` to ``path`` and say so; never a partial file.  ``allow_dash``: ``-`` is stdout
+    (for options declared with ``click.Path(allow_dash=True)``)."""
+    if allow_dash and str(path) == "-":
+        click.echo(text, nl=not text.endswith("\n"))
+        return
+    write_atomic(path, text)
+    say(f"wrote {path}")

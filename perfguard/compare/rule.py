@@ -1,0 +1,388 @@
+"""The rule for one benchmark x params: the structural verdicts (new, missing, broken, failed,
+skipped), the statistics of a timing (batched over a suite: Mann-Whitney U, bootstrap intervals,
+Holm), the deterministic rules of memory and work counts, and the reason text of each verdict.
+
+docs/verdicts.md explains every number; :mod:`perfguard.compare.stages` applies the rule to a
+suite (stage 1) and to re-measured suspects (stage 2).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfguard import stats
+from perfguard.compare.model import (
+    DETERMINISTIC_METRICS,
+    REPORTED_METRICS,
+    WORK_METRICS,
+    Item,
+    Measurement,
+    Verdict,
+    describe,
+)
+from perfguard.config import Config, Rule
+
+_WORDS = {  # metric -> (worse, better) after "N.NN×"
+    "time": ("slower", "faster"),
+    "memory": ("more memory", "less memory"),
+    "throughput": ("lower", "higher"),
+    "efficiency": ("lower", "higher"),
+    "flops": ("more FLOPs", "fewer FLOPs"),
+    "ops": ("more ops", "fewer ops"),
+    "kernels": ("more kernels", "fewer kernels"),
+    "allocated": ("more allocated", "less allocated"),
+}
+
+
+def _fmt_p(p: float) -> str:
+    """3e-06 -> "3e-6", 0.0123 -> "0.012", 0.5 -> "0.5"."""
+    if p >= 0.001:
+        return f"{p:.2g}"
+    mantissa, exponent = f"{p:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _fmt_bytes(b: float) -> str:
+    sign = "-" if b < 0 else "+"
+    b = abs(b)
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if b >= size:
+            return f"{sign}{b / size:.1f}".rstrip("0").rstrip(".") + f" {unit}"
+    return f"{sign}{b:.0f} B"
+
+
+def _fmt_ratio(ratio: float, metric: str) -> str:
+    """ "2.01× slower" or "1.50× faster" for an oriented ratio (> 1 = worse)."""
+    worse, better = _WORDS.get(metric, ("worse", "better"))
+    if math.isinf(ratio):
+        return f"infinitely {worse}" if metric == "time" else f"∞× {worse}"
+    if ratio >= 1:
+        return f"{ratio:.2f}× {worse}"
+    return f"{1 / ratio:.2f}× {better}"
+
+
+def _fmt_stats(ratio: float, ci: tuple[float, float], p: float | None, confidence: float) -> str:
+    """ "(95% CI 1.93–2.10, p=3e-6)", the interval in the orientation _fmt_ratio shows."""
+    lo, hi = ci if ratio >= 1 else (1 / ci[1] if ci[1] else math.inf, 1 / ci[0] if ci[0] else math.inf)
+    parts = []
+    if math.isfinite(lo) and math.isfinite(hi):
+        parts.append(f"{round(confidence * 100)}% CI {lo:.2f}–{hi:.2f}")
+    if p is not None:
+        parts.append(f"p={_fmt_p(p)}")
+    return f"({', '.join(parts)})" if parts else ""
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+# --------------------------------------------------------------------------------------------
+# The rule
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Pair:
+    """Working state of one benchmark x params present on both sides."""
+
+    base: Measurement
+    head: Measurement
+    rule: Rule
+    gated: bool
+    ratio: float = math.nan
+    ci: tuple[float, float] = (math.nan, math.nan)
+    p_raw: float = 1.0
+    p_adj: float = 1.0
+    family: int = 1  # gated timings the p-value was adjusted over
+    noise: stats.Noise = field(default_factory=lambda: stats.Noise(0.0, None))
+
+
+def _gated(m: Measurement, rule: Rule) -> bool:
+    if rule.gate is not None:
+        return rule.gate
+    return m.gated and m.metric not in REPORTED_METRICS
+
+
+def _item(
+    base: Measurement | None,
+    head: Measurement | None,
+    verdict: Verdict,
+    reason: str,
+    *,
+    gated: bool,
+    threshold: float,
+    rule_source: str,
+    **numbers: Any,
+) -> Item:
+    """An item of one benchmark x params: named after its measurement (head's, else the baseline's),
+    with both sides' sample and round counts and the timing method; ``numbers``: what the rule found."""
+    m = head if head is not None else base
+    assert m is not None
+    return Item(
+        benchmark=m.benchmark,
+        impl=m.impl,
+        params=dict(m.params),
+        params_key=m.key,
+        metric=m.metric,
+        unit=m.unit,
+        direction=m.direction,
+        gated=gated,
+        verdict=verdict,
+        threshold=threshold,
+        method=(head.method if head is not None else None) or (base.method if base is not None else None),
+        base_n=base.side.n if base is not None else 0,
+        head_n=head.side.n if head is not None else 0,
+        reason=reason,
+        base_rounds=base.side.k if base is not None else 0,
+        head_rounds=head.side.k if head is not None else 0,
+        rule_source=rule_source,
+        **numbers,
+    )
+
+
+def _bare_item(
+    base: Measurement | None,
+    head: Measurement | None,
+    verdict: Verdict,
+    reason: str,
+    *,
+    threshold: float,
+    gated: bool,
+    rule_source: str = "",
+) -> Item:
+    """An item no statistics decided: the sides' medians where they measured something, nothing else."""
+    bv = _finite(base.side.median) if base is not None and base.status == "ok" else None
+    hv = _finite(head.side.median) if head is not None and head.status == "ok" else None
+    return _item(
+        base, head, verdict, reason, gated=gated, threshold=threshold, rule_source=rule_source,
+        base_value=bv, head_value=hv,
+    )  # fmt: skip
+
+
+def structural(
+    base: Measurement | None, head: Measurement | None, config: Config, broken: bool
+) -> Item | Pair:
+    """Items that need no statistics (new, missing, broken, failed, skipped), or a pair to compare."""
+    m = head if head is not None else base
+    assert m is not None
+    rule = config.rule_for(m.impl, m.benchmark, m.metric, m.params)
+    gated = _gated(m, rule)
+
+    def item(verdict: Verdict, reason: str, gated: bool = gated) -> Item:
+        return _bare_item(
+            base, head, verdict, reason, threshold=rule.threshold, gated=gated, rule_source=rule.source
+        )
+
+    if broken:
+        return item(Verdict.BROKEN, f"implementation {m.impl!r} failed perfguard verify in head", gated=True)
+    if base is None:
+        assert head is not None
+        if head.status == "failed":
+            return item(Verdict.FAILED, f"new in head and failed there: {head.error or 'no error'}", False)
+        return item(Verdict.NEW, "new in head: no baseline to compare with", False)
+    if head is None:
+        return item(Verdict.MISSING, "in the baseline only: not measured in head", False)
+    if head.status == "failed" or (head.status == "ok" and head.side.n == 0):
+        error = head.error or "no finite samples"
+        if base.status == "ok" and base.side.n:
+            return item(Verdict.FAILED, f"worked in the baseline, failed in head: {error}")
+        before = {"failed": "failed in the baseline too", "skipped": "skipped in the baseline"}
+        was = before.get(base.status, "the baseline measured nothing")
+        return item(Verdict.FAILED, f"failed in head ({was}, so not caused here): {error}", False)
+    if head.status == "skipped" or base.status == "skipped":
+        where = "head" if head.status == "skipped" else "the baseline"
+        why = (head.error if head.status == "skipped" else base.error) or "cannot run here"
+        return item(Verdict.SKIPPED, f"skipped in {where}: {why}", False)
+    if base.status == "failed" or base.side.n == 0:
+        why = base.error or "no finite samples"
+        return item(Verdict.NEW, f"the baseline failed ({why}): nothing to compare", False)
+    if m.metric not in DETERMINISTIC_METRICS:
+        if not head.side.median > 0:
+            return item(Verdict.FAILED, f"head's median is not positive ({head.side.median:g} {m.unit})")
+        if not base.side.median > 0:
+            why = f"the baseline's median is not positive ({base.side.median:g} {m.unit})"
+            return item(Verdict.NEW, f"{why}: nothing to compare", False)
+    return Pair(base=base, head=head, rule=rule, gated=gated)
+
+
+def _noise_text(noise: stats.Noise, config: Config) -> str:
+    """The noise measures over their gates, e.g. "within-round IQR/median 14% > 10%"."""
+    parts = []
+    if noise.iqr_ratio > config.max_iqr_ratio:
+        parts.append(f"within-round IQR/median {noise.iqr_ratio:.0%} > {config.max_iqr_ratio:.0%}")
+    if noise.round_cv is not None and noise.round_cv > config.max_round_cv:
+        parts.append(f"CV of round medians {noise.round_cv:.1%} > {config.max_round_cv:.0%}")
+    return ", ".join(parts)
+
+
+def _is_noisy(noise: stats.Noise, config: Config) -> bool:
+    return noise.iqr_ratio > config.max_iqr_ratio or (
+        noise.round_cv is not None and noise.round_cv > config.max_round_cv
+    )
+
+
+def _decide_timing(pair: Pair, config: Config, p_better: float) -> tuple[Verdict, str]:
+    """The statistical rule for a timing-like item (docs/verdicts.md, "Stage 1")."""
+    t = pair.rule.threshold
+    hi = 1.0 + t
+    lo_bound = 1.0 + t / 2.0
+    r = pair.ratio
+    ci_lo, ci_hi = pair.ci
+    noisy = _is_noisy(pair.noise, config)
+    alpha = config.alpha
+    pct = round(config.confidence * 100)
+
+    def line(p: float | None) -> str:
+        label = describe(pair.head.benchmark, pair.head.metric)
+        change = _fmt_ratio(r, pair.head.metric)
+        numbers = _fmt_stats(r, pair.ci, p, config.confidence)
+        return f"{label} {change}{' ' if numbers else ''}{numbers}, threshold {hi:.2f}"
+
+    evidence = r > hi and pair.p_adj < alpha and ci_lo > lo_bound
+    if evidence and (not noisy or ci_lo > hi):
+        return Verdict.REGRESSION, line(pair.p_adj)
+    if evidence or (ci_hi > hi and (noisy or r > hi)):
+        if noisy:
+            why = f"too noisy to decide ({_noise_text(pair.noise, config)})"
+        elif pair.p_adj >= alpha:
+            why = f"not significant (p >= {alpha:g}"
+            why += f" after Holm over {pair.family} benchmarks)" if pair.family > 1 else ")"
+        else:
+            why = f"the {pct}% CI reaches down to {ci_lo:.2f} (needs > {lo_bound:.2f})"
+        return Verdict.UNSTABLE, f"{line(pair.p_adj)}; {why}"
+    better_evidence = r < 1 / hi and p_better < alpha and ci_hi < 1 / lo_bound
+    if better_evidence and (not noisy or ci_hi < 1 / hi):
+        return Verdict.IMPROVEMENT, line(p_better)
+    text = line(None if r < 1 else pair.p_adj)  # the p of "worse" says nothing about a speed-up
+    if noisy:
+        text += f"; noisy ({_noise_text(pair.noise, config)}), but the CI stays under the threshold"
+    return Verdict.UNCHANGED, text
+
+
+def _decide_memory(pair: Pair, config: Config) -> tuple[Verdict, str]:
+    """Deterministic rule: worse by more than the threshold *and* by more than the byte floor."""
+    t = pair.rule.threshold
+    hi = 1.0 + t
+    b, h = pair.base.side.median, pair.head.side.median
+    worse_by = (h - b) if pair.head.direction == "lower" else (b - h)
+    r = pair.ratio
+    floor = config.memory_floor_bytes
+    label = describe(pair.head.benchmark, pair.head.metric)
+    ratio_text = "from 0" if math.isinf(r) else f"{r:.2f}×"
+    change = f"{label} {_fmt_bytes(h - b)} ({ratio_text})"
+    floor_text = f"{_fmt_bytes(floor)[1:]} floor"
+    if abs(worse_by) <= floor and (r > hi or r < 1 / hi):
+        return Verdict.UNCHANGED, f"{change}: within the {floor_text}"
+    if r > hi:
+        return Verdict.REGRESSION, f"{change}, over threshold {hi:.2f} and the {floor_text}"
+    if r < 1 / hi:
+        return Verdict.IMPROVEMENT, f"{change}, beyond threshold {hi:.2f} and the {floor_text}"
+    return Verdict.UNCHANGED, f"{change}, within threshold {hi:.2f}"
+
+
+def _decide_work(pair: Pair) -> tuple[Verdict, str]:
+    """Deterministic rule for a work count: worse by more than the threshold is a regression.
+
+    The counts of one call repeat exactly (same code, software and shapes), so no statistics and
+    no floor: an exact repeat is ratio 1.000, and 40 -> 140 kernels is 3.50x whatever the machine did.
+    """
+    t = pair.rule.threshold
+    hi = 1.0 + t
+    b, h = pair.base.side.median, pair.head.side.median
+    label = describe(pair.head.benchmark, pair.head.metric)
+    r = pair.ratio
+    if b == h:
+        return Verdict.UNCHANGED, f"{label} {_fmt_count(h)} in both (ratio 1.000)"
+    ratio_text = "from 0" if math.isinf(r) else f"{r:.3f}×"
+    change = f"{label} {_fmt_count(b)} → {_fmt_count(h)} ({ratio_text})"
+    if r > hi:
+        return Verdict.REGRESSION, f"{change}, over threshold {hi:.2f}"
+    if r < 1 / hi:
+        return Verdict.IMPROVEMENT, f"{change}, beyond threshold {hi:.2f}"
+    return Verdict.UNCHANGED, f"{change}, within threshold {hi:.2f}"
+
+
+def _fmt_count(value: float) -> str:
+    if abs(value) >= 1e9:
+        return f"{value / 1e9:.3g}G"
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:.3g}M"
+    return f"{value:,.0f}"
+
+
+def _pair_item(pair: Pair, verdict: Verdict, reason: str, hl: float | None) -> Item:
+    deterministic = pair.head.metric in DETERMINISTIC_METRICS
+    return _item(
+        pair.base,
+        pair.head,
+        verdict,
+        reason + (f" [{pair.rule.note}]" if pair.rule.note else ""),
+        gated=pair.gated,
+        threshold=pair.rule.threshold,
+        rule_source=pair.rule.source,
+        base_value=_finite(pair.base.side.median),
+        head_value=_finite(pair.head.side.median),
+        ratio=_finite(pair.ratio),
+        ci_low=None if deterministic else _finite(pair.ci[0]),
+        ci_high=None if deterministic else _finite(pair.ci[1]),
+        p_value=None if deterministic else pair.p_adj,
+        noise=_finite(pair.noise.iqr_ratio),
+        round_cv=_finite(pair.noise.round_cv),
+        round_spread=_finite(pair.noise.round_spread),
+        p_raw=None if deterministic else pair.p_raw,
+        hodges_lehmann=_finite(hl) if hl is not None else None,
+    )
+
+
+def _seed(config: Config, pair: Pair) -> list[int]:
+    return [config.seed, zlib.crc32(f"{pair.head.benchmark}|{pair.head.key}".encode())]
+
+
+def compare_pairs(pairs: list[Pair], config: Config) -> list[Item]:
+    """Statistics for all pairs at once (batched), Holm over the gated timings, then the rule."""
+    timing = [p for p in pairs if p.head.metric not in DETERMINISTIC_METRICS]
+    for p in pairs:
+        p.ratio = stats.oriented_ratio(p.base.side.median, p.head.side.median, p.head.direction)
+        p.noise = stats.Noise.worst(p.base.side.noise, p.head.side.noise)
+    if timing:
+        p_raw = stats.mann_whitney_worse_many(
+            [(p.base.side.pooled, p.head.side.pooled) for p in timing], [p.head.direction for p in timing]
+        )
+        cis = stats.bootstrap_ratio_cis(
+            [(p.base.side, p.head.side) for p in timing],
+            [p.head.direction for p in timing],
+            confidence=config.confidence,
+            resamples=config.bootstrap_resamples,
+            seeds=[_seed(config, p) for p in timing],
+        )
+        gated_idx = [i for i, p in enumerate(timing) if p.gated]
+        adjusted = stats.holm(p_raw[gated_idx])
+        for i, p in enumerate(timing):
+            p.p_raw = float(p_raw[i])
+            p.p_adj = float(p_raw[i])
+            p.ci = (float(cis[i, 0]), float(cis[i, 1]))
+        for j, i in enumerate(gated_idx):
+            timing[i].p_adj = float(adjusted[j])
+            timing[i].family = len(gated_idx)
+    family = max(1, sum(p.gated for p in timing))
+    items = []
+    for p in pairs:
+        hl: float | None = None
+        if p.head.metric in WORK_METRICS:
+            verdict, reason = _decide_work(p)
+        elif p.head.metric in DETERMINISTIC_METRICS:
+            verdict, reason = _decide_memory(p, config)
+        else:
+            p_better = 1.0
+            hi = 1.0 + p.rule.threshold
+            if p.ratio < 1 / hi:  # only then can it be an improvement; Bonferroni (never fails)
+                p_better = stats.mann_whitney_worse(p.head.side.pooled, p.base.side.pooled, p.head.direction)
+                p_better = min(1.0, p_better * (family if p.gated else 1))
+            verdict, reason = _decide_timing(p, config, p_better)
+            if verdict is not Verdict.UNCHANGED:
+                hl = stats.hodges_lehmann_ratio(p.base.side.pooled, p.head.side.pooled, p.head.direction)
+        items.append(_pair_item(p, verdict, reason, hl))
+    return items

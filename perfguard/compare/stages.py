@@ -1,0 +1,216 @@
+"""The two stages of a comparison (docs/verdicts.md).
+
+Stage 1 (:func:`compare_suite`) decides every benchmark x params of both sides at once and names the
+timing *suspects*; stage 2 (:func:`apply_retry`) decides each suspect on its interleaved
+re-measurement alone.  A derived number (tokens/s, TFLOP/s) carries its timing's verdict in both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from perfguard.compare.model import (
+    DETERMINISTIC_METRICS,
+    REPORTED_METRICS,
+    VERIFY_BENCHMARK,
+    Item,
+    Measurement,
+    SuiteComparison,
+    Verdict,
+    derived_source,
+    describe,
+)
+from perfguard.compare.rule import Pair, compare_pairs, structural
+from perfguard.config import Config
+from perfguard.store.records import params_key
+
+
+def _index(measurements: Iterable[Measurement], side: str) -> dict[tuple[str, str], Measurement]:
+    out: dict[tuple[str, str], Measurement] = {}
+    for m in measurements:
+        k = (m.benchmark, m.key)
+        if k in out:
+            raise ValueError(f"{side} has two measurements of {m.benchmark} ({m.key}); merge their rounds")
+        out[k] = m
+    return out
+
+
+def _is_suspect(item: Item, config: Config) -> bool:
+    return (
+        item.gated
+        and item.metric not in DETERMINISTIC_METRICS
+        and item.verdict in (Verdict.REGRESSION, Verdict.UNSTABLE, Verdict.UNCHANGED)
+        and item.ratio is not None
+        and item.ratio > 1.0 + config.suspect_fraction * item.threshold
+    )
+
+
+def _compare(
+    base: Iterable[Measurement],
+    head: Iterable[Measurement],
+    config: Config,
+    broken_impls: Iterable[str] = (),
+    *,
+    only: set[tuple[str, str]] | None = None,
+) -> list[Item]:
+    b = _index(base, "the baseline")
+    h = _index(head, "head")
+    broken = set(broken_impls)
+    keys = [k for k in h if only is None or k in only]
+    keys += [k for k in b if k not in h and (only is None or k in only)]
+    slots: list[Item | Pair] = [
+        structural(b.get(k), h.get(k), config, (h.get(k) or b[k]).impl in broken) for k in keys
+    ]
+    compared = iter(compare_pairs([s for s in slots if isinstance(s, Pair)], config))
+    items = [next(compared) if isinstance(s, Pair) else s for s in slots]
+    seen = {i.impl for i in items}
+    for impl in sorted(broken - seen):  # a broken implementation with no benchmark at all
+        items.append(
+            Item(
+                # The store's check_items know the four metrics only; this row stands for the
+                # implementation as a whole and is recognised by its benchmark name.
+                benchmark=VERIFY_BENCHMARK,
+                impl=impl,
+                params={"impl": impl},
+                params_key=params_key({"impl": impl}),
+                metric="time",
+                unit="n/a",
+                direction="lower",
+                gated=True,
+                verdict=Verdict.BROKEN,
+                threshold=config.threshold,
+                reason=f"implementation {impl!r} failed perfguard verify in head",
+            )
+        )
+    return items
+
+
+def compare_sides(
+    base: Measurement | None, head: Measurement | None, config: Config, *, broken: bool = False
+) -> Item:
+    """The verdict of one benchmark x params (either side may be absent).
+
+    The p-value is not adjusted (a family of one); :func:`compare_suite` adjusts over the suite.
+    ``broken``: the implementation failed ``perfguard verify`` in head.
+    """
+    if base is None and head is None:
+        raise ValueError("compare_sides needs at least one side")
+    if base is not None and head is not None and (base.benchmark, base.key) != (head.benchmark, head.key):
+        raise ValueError(
+            f"different benchmarks: {base.benchmark} ({base.key}), {head.benchmark} ({head.key})"
+        )
+    slot = structural(base, head, config, broken)
+    return compare_pairs([slot], config)[0] if isinstance(slot, Pair) else slot
+
+
+def compare_suite(
+    base: Iterable[Measurement],
+    head: Iterable[Measurement],
+    config: Config,
+    broken_impls: Iterable[str] = frozenset(),
+) -> SuiteComparison:
+    """Stage 1: every benchmark x params of both sides, the suspects to re-measure, the exit code.
+
+    Items follow head's order, then the baseline-only ones.  Each side may hold a benchmark x
+    params once (merge rounds into one :class:`Measurement`).  ``broken_impls``: implementations
+    that failed ``perfguard verify`` in head; each gets ``broken`` items (one "perfguard verify"
+    item if it has no benchmark).  With retries enabled, call :func:`apply_retry` with the
+    re-measurement of ``suspects`` before using ``exit_code``.
+    """
+    items = _follow_sources(_compare(base, head, config, broken_impls))
+    suspects = sorted((i for i in items if _is_suspect(i, config)), key=lambda i: -(i.ratio or 0.0))
+    return SuiteComparison(items=tuple(items), suspects=tuple(suspects))
+
+
+def _source_key(item: Item) -> tuple[str, str] | None:
+    """The key of the timing a reported, derived item comes from (None: not derived, or gated)."""
+    source = derived_source(item.benchmark)
+    if source is None or item.gated or item.metric not in REPORTED_METRICS:
+        return None
+    return (source, item.params_key)
+
+
+def _follow_sources(items: Sequence[Item]) -> list[Item]:
+    """Derived items take their source timing's verdict: one measurement, one verdict.
+
+    tokens/s and TFLOP/s are the forward samples seen through a constant; a verdict of their own
+    (other p-value, other interval, no re-measurement) could only contradict the timing's.
+    """
+    by_key = {i.key: i for i in items}
+    out = []
+    for item in items:
+        key = _source_key(item)
+        source = by_key.get(key) if key is not None else None
+        if source is None:
+            out.append(item)
+            continue
+        label = describe(source.benchmark, source.metric)
+        own = item.reason.split("; verdict of ", 1)[0]
+        out.append(
+            replace(item, verdict=source.verdict, reason=f"{own}; verdict of {label}: {source.verdict}")
+        )
+    return out
+
+
+def decide_after_retry(first: Item, retry: Item) -> Item:
+    """The final verdict of a suspect: the re-measurement's verdict, marked ``retried``.
+
+    The re-measurement (baseline and head interleaved in fresh processes) decides: the stage-1
+    data were taken in two sessions, which is what made the item a suspect.  A regression is
+    only reported when it holds again on the re-measurement.  One piece of the first
+    measurement is kept: its *round spread*, how far apart fresh processes of the same code
+    landed.  When that exceeds 1 + threshold (a launch-bound benchmark whose processes run at one
+    of two speeds), five rounds against five can show up to that factor by chance, so the
+    re-measurement's interval must clear spread x (1 + threshold/2), the margin ``L > 1 +
+    threshold/2`` asks of any benchmark, scaled by the spread (docs/verdicts.md, "Stage 2").
+    """
+    if first.key != retry.key:
+        raise ValueError(f"retry of {retry.benchmark} ({retry.params_key}) given for {first.key}")
+    spread = first.round_spread or 1.0
+    t = retry.threshold
+    if retry.verdict is Verdict.REGRESSION and spread > 1 + t:
+        needed = spread * (1 + t / 2)
+        if retry.ci_low is not None and retry.ci_low <= needed:
+            why = (
+                f"but fresh processes of the same code landed up to {spread:.2f}× apart in the first "
+                f"measurement: a regression needs the CI above {needed:.2f}"
+            )
+            retry = replace(retry, verdict=Verdict.UNSTABLE, reason=f"{retry.reason}; {why}")
+    if retry.verdict is Verdict.REGRESSION:
+        prefix = "confirmed on re-measurement"
+    elif first.verdict is Verdict.REGRESSION:
+        prefix = "not confirmed on re-measurement"
+    else:
+        prefix = "re-measured"
+    rounds = f"{retry.base_rounds}+{retry.head_rounds} rounds"
+    was = f"first measurement {first.ratio:.2f}× ({first.verdict})" if first.ratio is not None else ""
+    was = was or f"first measurement {first.verdict}"
+    return replace(retry, retried=True, first=first, reason=f"{prefix} ({rounds}): {retry.reason}; {was}")
+
+
+def apply_retry(
+    first: SuiteComparison, base: Iterable[Measurement], head: Iterable[Measurement], config: Config
+) -> SuiteComparison:
+    """Stage 2: decide every suspect of ``first`` on its re-measurement (``base`` / ``head``).
+
+    Only the suspects' keys are read from ``base`` and ``head``; their p-values are Holm-adjusted
+    over the re-measured family.  A suspect with no re-measurement keeps its stage-1 verdict, and
+    its reason says so.
+    """
+    wanted = set(first.suspect_keys)
+    # Derived items of a suspect come from the same re-measured samples: their numbers follow too.
+    followers = {i.key for i in first.items if _source_key(i) in wanted}
+    retried = {i.key: i for i in _compare(base, head, config, only=wanted | followers)}
+    out = []
+    for item in first.items:
+        if item.key in followers and item.key in retried:
+            again = retried[item.key]
+            out.append(replace(again, retried=True, first=item, reason=f"re-measured: {again.reason}"))
+        elif item.key not in wanted:
+            out.append(item)
+        elif item.key in retried:
+            out.append(decide_after_retry(item, retried[item.key]))
+        else:
+            out.append(replace(item, reason=f"{item.reason}; suspect, but not re-measured"))
+    return SuiteComparison(items=tuple(_follow_sources(out)), suspects=())

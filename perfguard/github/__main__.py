@@ -1,0 +1,7 @@
+"""``python -m perfguard.github``."""
+
+import sys
+
+from perfguard.github.cli import main
+
+sys.exit(main())

@@ -1,0 +1,144 @@
+"""What perfguard knows about the asv suite: where it is, what its benchmarks measure, how they are named.
+
+The suite itself (``asv_benchmarks/``) is plain asv; perfguard reads three things from it:
+
+- where it lives: ``benchmark_dir`` of the project's ``asv.conf.json`` (:func:`load_benchmark_dir`);
+- what each benchmark's numbers are (:func:`kind_of`: metric, unit, better direction, gated), by its
+  name (docs/design.md, "asv suites"), else by its unit;
+- asv's ``name(param reprs)`` labels, which ``--bench`` regexes match (:func:`suite_labels`,
+  :func:`selected`), and regexes that select exactly one benchmark x params for a re-measurement
+  (:func:`selection_regex`, :func:`suspect_selection`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfguard.errors import BenchmarkError
+from perfguard.store.records import ResultRecord
+
+#: The suite's module, as asv names its benchmarks (``bench_attention.Forward.track_time``).
+SUITE_MODULE = "bench_attention"
+#: The parameters of the suite's benchmarks, in asv's order (a derived result records none).
+PARAM_NAMES = ("impl", "seq_len", "dtype")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What perfguard makes of a benchmark's numbers (docs/design.md, "asv suites")."""
+
+    metric: str
+    unit: str
+    direction: str
+    gated: bool
+
+
+_KINDS = {
+    "Forward.track_time": Kind("time", "seconds", "lower", True),
+    "ForwardBackward.track_time": Kind("time", "seconds", "lower", True),
+    "PeakMemory.track_forward": Kind("memory", "bytes", "lower", True),
+    "PeakMemory.track_forward_backward": Kind("memory", "bytes", "lower", True),
+}
+for _pass in ("forward", "forward_backward"):
+    _KINDS[f"Work.track_{_pass}_flops"] = Kind("flops", "FLOP", "lower", True)
+    _KINDS[f"Work.track_{_pass}_ops"] = Kind("ops", "aten ops", "lower", True)
+    _KINDS[f"Work.track_{_pass}_kernels"] = Kind("kernels", "kernels", "lower", True)
+    _KINDS[f"Work.track_{_pass}_allocated"] = Kind("allocated", "bytes", "lower", True)
+_UNIT_KINDS = {
+    "seconds": Kind("time", "seconds", "lower", True),
+    "bytes": Kind("memory", "bytes", "lower", True),
+}
+#: Derived from ``Forward.track_time`` (the same measurement, inverted): reported, never gated.
+THROUGHPUT = Kind("throughput", "tokens/s", "higher", False)
+EFFICIENCY = Kind("efficiency", "TFLOP/s", "higher", False)
+
+
+def suite_labels(impls: Iterable[str], seq_lens: Iterable[int], dtypes: Iterable[str]) -> list[str]:
+    """asv's ``name(params)`` labels of the suite's benchmarks for these parameters (``--bench`` matching)."""
+    out = []
+    for impl in impls:
+        for seq_len in seq_lens:
+            for dtype in dtypes:
+                params = f"({impl!r}, {seq_len!r}, {dtype!r})"
+                out += [f"{SUITE_MODULE}.{name}{params}" for name in _KINDS]
+    return out
+
+
+def kind_of(benchmark: str, unit: str | None) -> Kind:
+    """The metric of a benchmark, by its name (``module.Class.method``) or else by its unit."""
+    short = benchmark.split(".", 1)[1] if benchmark.count(".") >= 2 else benchmark
+    if short in _KINDS:
+        return _KINDS[short]
+    if unit in _UNIT_KINDS:
+        return _UNIT_KINDS[unit]
+    return Kind("throughput", unit or "unknown", "higher", False)
+
+
+def load_benchmark_dir(root: Path) -> Path:
+    """The suite directory named by the project's ``asv.conf.json`` (asv's reader: comments allowed)."""
+    path = root / "asv.conf.json"
+    if not path.exists():
+        raise BenchmarkError(
+            f"there is no asv.conf.json in {root}",
+            hint="run perfguard at the root of a project with asv suites (asv.conf.json, asv_benchmarks/)",
+        )
+    import json5  # what asv itself reads asv.conf.json with (comments allowed)
+
+    try:
+        config = json5.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BenchmarkError(f"{path} is not valid asv configuration: {exc}", hint="fix the file") from None
+    if not isinstance(config, dict):
+        raise BenchmarkError(f"{path} is not a JSON object", hint="fix the file")
+    directory = (root / str(config.get("benchmark_dir", "benchmarks"))).resolve()
+    if not directory.is_dir():
+        raise BenchmarkError(
+            f"the asv benchmark directory {directory} does not exist",
+            hint="check benchmark_dir in asv.conf.json",
+        )
+    return directory
+
+
+def label(benchmark: str, params: Mapping[str, Any], order: Sequence[str] | None = None) -> str:
+    """asv's ``name(p1, p2, ...)``: the values' ``repr`` in the suite's parameter order ``order``
+    (stored results keep it in ``info["param_names"]``: a JSON column on PostgreSQL does not keep key
+    order), parameters it does not name after them."""
+    names = [n for n in (order or []) if n in params] + [n for n in params if n not in (order or [])]
+    return f"{benchmark}({', '.join(repr(params[n]) for n in names)})"
+
+
+def selection_regex(benchmark: str, params: Mapping[str, Any], order: Sequence[str] | None = None) -> str:
+    """An asv ``--bench`` regex that selects exactly one benchmark x params (for re-measurements).
+
+    asv matches ``name(p1, p2, ...)`` with the values' ``repr`` in the suite's parameter order;
+    ``order`` gives it (stored results keep it in ``info["param_names"]``: a JSON column on
+    PostgreSQL does not keep key order).
+    """
+    return "^" + re.escape(label(benchmark, params, order)) + "$"
+
+
+def suspect_selection(items: Iterable[Any], rounds: Iterable[Iterable[ResultRecord]]) -> list[str]:
+    """``--bench`` regexes that re-measure exactly ``items`` (anything with ``benchmark``, ``params``
+    and ``key``, e.g. compare's suspects), in the parameter order the ``rounds`` they came from record.
+    """
+    orders = {r.key: r.info.get("param_names") for results in rounds for r in results}
+    return [selection_regex(i.benchmark, i.params, orders.get(i.key)) for i in items]
+
+
+def selected(result: ResultRecord, bench: Sequence[str]) -> bool:
+    """Whether a result belongs to a ``--bench`` selection (asv's ``name(param reprs)`` match).
+
+    A derived result (tokens/s, TFLOP/s) belongs to it when the forward time it comes from does.
+    """
+    if not bench:
+        return True
+    name = str(result.info.get("derived_from") or result.benchmark)
+    order = list(result.info.get("param_names") or [])
+    if result.info.get("derived_from") and not order:
+        order = list(PARAM_NAMES)
+    text = label(name, result.params, order) if result.params else name
+    return any(re.search(regex, text) for regex in bench)

@@ -1,0 +1,100 @@
+"""The module map of docs/design.md, held: data flows one way, and only the CLI knows click.
+
+Every module of ``perfguard/`` has a stage (machine → timing → suite → run → store → compare →
+report → the commands → api → cli); an import, at the top of a module or inside a function, may
+only reach the same stage or an earlier one.  The records (``perfguard.store.records``: plain
+values, no SQLAlchemy) travel the whole flow and are imported from every stage.  A new module needs a
+stage here and a row in docs/design.md's module map.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "perfguard"
+
+#: stage -> the modules (or packages) in it, in the order of the data flow
+STAGES: tuple[tuple[str, ...], ...] = (
+    ("errors", "console", "files", "config", "profiles", "gitrepo", "store.records"),  # leaves
+    ("machine",),
+    ("timing", "work"),
+    ("cases", "passes", "measurement", "suite"),
+    ("round_worker", "round_output", "rounds"),
+    ("store", "migrations"),
+    ("stats", "compare", "accept"),
+    ("report",),
+    ("measuring", "gate", "bisect", "changepoints", "calibrate", "verify"),  # the commands' libraries
+    ("api",),
+    ("cli", "__main__", "github"),
+)
+
+
+def stage_of(module: str) -> int:
+    """The stage of ``perfguard.<module>`` (its longest listed prefix)."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        name = ".".join(parts[:n])
+        for stage, names in enumerate(STAGES):
+            if name in names:
+                return stage
+    raise AssertionError(
+        f"perfguard.{module} has no stage: add it to STAGES in tests/test_layers.py and to the "
+        "module map of docs/design.md"
+    )
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts:  # perfguard/__init__.py itself: imports perfguard.api lazily, for perfguard.check(...)
+            out[".".join(parts)] = path
+    return out
+
+
+def imports(path: Path) -> list[tuple[str, int]]:
+    """(imported name, line) of every import in the file, function bodies and TYPE_CHECKING included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found += [(f"{node.module}.{alias.name}", node.lineno) for alias in node.names]
+            found.append((node.module, node.lineno))
+    return found
+
+
+def test_every_module_has_a_stage() -> None:
+    for module in modules():
+        stage_of(module)
+
+
+def test_no_module_imports_a_later_stage() -> None:
+    known = modules()
+    wrong = []
+    for module, path in known.items():
+        own = stage_of(module)
+        for name, line in imports(path):
+            if not name.startswith("perfguard."):
+                continue
+            target = name.removeprefix("perfguard.")
+            if not any(target == m or target.startswith(m + ".") for m in known):
+                continue  # an attribute: ``from perfguard.store import Store``
+            if stage_of(target) > own:
+                wrong.append(f"perfguard/{path.relative_to(ROOT)}:{line} imports perfguard.{target}")
+    assert not wrong, "imports against the data flow (docs/design.md, module map):\n" + "\n".join(wrong)
+
+
+def test_only_the_cli_imports_click() -> None:
+    cli = stage_of("cli")
+    offenders = [
+        f"perfguard/{path.relative_to(ROOT)}:{line}"
+        for module, path in modules().items()
+        if stage_of(module) < cli
+        for name, line in imports(path)
+        if name == "click" or name.startswith("click.")
+    ]
+    assert not offenders, "the library must be callable without click: " + ", ".join(offenders)
