@@ -49,6 +49,8 @@ RANKS_ENV = "PERFGUARD_RANKS"
 #: The asv module of the single-process suite and of the distributed one.
 SUITE = "bench_attention"
 DISTRIBUTED_SUITE = "bench_distributed"
+#: The implementations with a sequence-parallel path (``attention._distributed``): the distributed suite's.
+DISTRIBUTED_IMPLS = ("ring", "hilbert_ring", "multihead_ring")
 
 #: The largest segments (and their rates) used from 8K tokens up.
 LONG_SEGMENTS = (2048, 4096, 8192)

@@ -135,6 +135,8 @@ def run(spec: dict[str, Any]) -> int:
     device = spec.get("device", "cpu")
     suite = spec.get("suite")
     group = ranks.join(device) if ranks.launched() else None
+    if group is not None:  # the parent makes sure no rank outlives the group (perfguard.rounds)
+        Path(spec["output"]).with_name(f"rank{group.rank}.pid").write_text(str(os.getpid()))
     output = spec["output"] if group is None or group.writer else os.devnull
     with open(output, "a", encoding="utf-8") as out:
         benchmarks = [

@@ -24,10 +24,18 @@ list of numbers, info a bounded JSON object): a bad value fails that benchmark w
 never perfguard.  Compilation caches (Inductor, Triton, CUDA's JIT) persist on the machine between
 rounds, one directory per *trust domain*: code under review compiles into ``untrusted`` and can
 never write a kernel that a trusted (baseline) round loads.
+
+A round of a distributed profile is one *group* of ``ranks`` processes under ``torchrun``
+(:mod:`perfguard.ranks`): the group is the round's process.  When a rank dies, torchrun ends the
+others and exits non-zero; the round goes on exactly as after a worker that died (the combination
+in flight fails, with the rank and how it ended, and a fresh group measures the rest).  Rank 0
+writes the output; every rank's pid is written next to it, so that a group whose torchrun had to
+be killed (timeout, interrupt) leaves no rank behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -44,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.errors import BenchmarkError
-from perfguard.profiles import DEVICE_ENV, PROFILE_ENV, Profile
+from perfguard.profiles import DEVICE_ENV, DISTRIBUTED_IMPLS, DISTRIBUTED_SUITE, PROFILE_ENV, SUITE, Profile
 from perfguard.store.records import ResultRecord
 
 #: The package whose code differs between the commits perfguard compares.
@@ -77,6 +85,8 @@ for _pass in ("forward", "forward_backward"):
     _KINDS[f"Work.track_{_pass}_ops"] = Kind("ops", "aten ops", "lower", True)
     _KINDS[f"Work.track_{_pass}_kernels"] = Kind("kernels", "kernels", "lower", True)
     _KINDS[f"Work.track_{_pass}_allocated"] = Kind("allocated", "bytes", "lower", True)
+    # the distributed suite: seconds of communication per call, reported (its share is in info)
+    _KINDS[f"Communication.track_{_pass}"] = Kind("time", "seconds", "lower", False)
 _UNIT_KINDS = {
     "seconds": Kind("time", "seconds", "lower", True),
     "bytes": Kind("memory", "bytes", "lower", True),
@@ -87,17 +97,21 @@ EFFICIENCY = Kind("efficiency", "TFLOP/s", "higher", False)
 
 
 #: The suite's module, as asv names its benchmarks (``bench_attention.Forward.track_time``).
-SUITE_MODULE = "bench_attention"
+SUITE_MODULE = SUITE
 
 
 def suite_labels(impls: Iterable[str], seq_lens: Iterable[int], dtypes: Iterable[str]) -> list[str]:
-    """asv's ``name(params)`` labels of the suite's benchmarks for these parameters (``--bench`` matching)."""
+    """asv's ``name(params)`` labels of the suites' benchmarks for these parameters (``--bench`` matching).
+
+    The single-process suite's, and the distributed suite's for the implementations it runs.
+    """
     out = []
     for impl in impls:
+        suites = (SUITE_MODULE, DISTRIBUTED_SUITE) if impl in DISTRIBUTED_IMPLS else (SUITE_MODULE,)
         for seq_len in seq_lens:
             for dtype in dtypes:
                 params = f"({impl!r}, {seq_len!r}, {dtype!r})"
-                out += [f"{SUITE_MODULE}.{name}{params}" for name in _KINDS]
+                out += [f"{suite}.{name}{params}" for suite in suites for name in _KINDS]
     return out
 
 
@@ -130,7 +144,8 @@ class Round:
     log: str
     exit_code: int
     bench: tuple[str, ...] = ()  # the round's --bench selection
-    processes: int = 1
+    processes: int = 1  # worker processes (or groups of ranks) the round took: more after a crash
+    ranks: int = 1  # ranks of each group (1: a single-process round)
     seconds: dict[str, Any] = field(default_factory=dict)  # where the round's time went
 
     @property
@@ -217,7 +232,10 @@ class RoundRunner:
         on_progress: Callable[[Progress], None] | None = None,
         timeout_s: float | None = None,
         trust: str = "trusted",
+        ranks: int = 1,
     ) -> None:
+        if ranks != 1 and not profile.distributed:
+            raise ValueError(f"profile {profile.name!r} runs one process, not {ranks} ranks")
         self.root = root
         self.profile = profile
         self.device = device
@@ -225,6 +243,7 @@ class RoundRunner:
         self.on_progress = on_progress
         self.timeout_s = timeout_s
         self.trust = trust
+        self.ranks = ranks
         self.benchmark_dir = load_benchmark_dir(root)
         compile_cache_env(trust)  # validates the domain now, not in the middle of a measurement
 
@@ -250,14 +269,14 @@ class RoundRunner:
         events: list[dict[str, Any]] = []
         logs: list[str] = []
         # faulthandler: a benchmark that crashes the process leaves its Python stack in the log
-        command = [
-            sys.executable,
-            "-X",
-            "faulthandler",
-            "-m",
-            "perfguard.round_worker",
-            str(shim / "spec.json"),
-        ]
+        worker = ["perfguard.round_worker", str(shim / "spec.json")]
+        if self.profile.distributed:
+            from perfguard.ranks import LAUNCH_ENV, launch_command
+
+            env.update(LAUNCH_ENV)
+            command = launch_command(worker, self.ranks)
+        else:
+            command = [sys.executable, "-X", "faulthandler", "-m", *worker]
         plan: list[str] | None = None
         planned: dict[str, dict[str, Any]] = {}
         finished: dict[str, dict[str, Any]] = {}
@@ -273,6 +292,7 @@ class RoundRunner:
                 "profile": list(profile),
                 "device": self.device,
                 "output": str(output),
+                "suite": self.profile.suite,
             }
             (shim / "spec.json").write_text(json.dumps(spec))
             offset = output.stat().st_size if output.exists() else 0
@@ -296,12 +316,12 @@ class RoundRunner:
                     f"(exit {_describe_exit(code)}){_tail(log)}",
                     hint="the lines above come from the suite or the code under test; fix what they name",
                 )
-            in_flight = _in_flight(new, finished)
+            in_flight = _in_flight(new, finished) or _failed_last(new)
             if in_flight is None:  # it died between benchmarks: nothing to blame, but it must not loop
                 in_flight = next((x for x in plan if x not in finished), None)
                 if in_flight is None:
                     break
-            how = _describe_exit(code)
+            how = _describe_exit(code) if not self.profile.distributed else _describe_group_exit(code, log)
             # The case it died in would kill the next process too: its other benchmarks fail with it.
             for x in plan:
                 if x not in finished and _case_of(x) == _case_of(in_flight):
@@ -332,6 +352,7 @@ class RoundRunner:
             exit_code=code,
             bench=tuple(bench),
             processes=processes,
+            ranks=self.ranks if self.profile.distributed else 1,
             seconds=cost,
         )
 
@@ -348,6 +369,7 @@ class RoundRunner:
     ) -> tuple[int, str]:
         """Run one worker process, reporting progress from its output; (exit code, stderr+stdout)."""
         log_path = cwd / f"worker-{offset}.log"
+        group = self.profile.distributed
         try:
             with open(log_path, "w", encoding="utf-8", errors="replace") as log_file:
                 proc = subprocess.Popen(
@@ -355,6 +377,22 @@ class RoundRunner:
                 )
         except OSError as exc:
             raise BenchmarkError(f"could not start the benchmark process: {exc}") from None
+        try:
+            return self._watch(proc, output, offset, done_before, label, plan, log_path)
+        finally:
+            if group:
+                _end_group(proc, output.parent)
+
+    def _watch(
+        self,
+        proc: subprocess.Popen[bytes],
+        output: Path,
+        offset: int,
+        done_before: int,
+        label: str,
+        plan: list[str] | None,
+        log_path: Path,
+    ) -> tuple[int, str]:
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         seen = offset
         done = done_before
@@ -364,16 +402,14 @@ class RoundRunner:
                 time.sleep(0.2)
                 seen, done, total = self._report(output, seen, done, total, label)
                 if deadline is not None and time.monotonic() > deadline:
-                    proc.kill()
-                    proc.wait()
+                    _stop(proc, group=self.profile.distributed)
                     raise BenchmarkError(
                         f"the round did not finish within {self.timeout_s:.0f} s",
                         hint="select fewer benchmarks (--bench) or raise the timeout",
                     )
         except BaseException:
             if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+                _stop(proc, group=self.profile.distributed)
             raise
         self._report(output, seen, done, total, label)
         return proc.returncode, log_path.read_text(encoding="utf-8", errors="replace")
@@ -439,6 +475,62 @@ def _in_flight(events: Iterable[dict[str, Any]], finished: Mapping[str, Any]) ->
         if isinstance(label, str) and label not in finished:
             return label
     return None
+
+
+def _failed_last(events: Sequence[dict[str, Any]]) -> str | None:
+    """The combination whose failure ended the process (a worker exits after a failure on CUDA, and a
+    rank after any failure): its case's other benchmarks fail with it, the rest run in a fresh one."""
+    results = [e for e in events if e.get("event") == "result"]
+    if results and results[-1].get("status") == "failed" and isinstance(results[-1].get("label"), str):
+        return str(results[-1]["label"])
+    return None
+
+
+#: How long torchrun gets to end its ranks after SIGTERM before it is killed.
+_GROUP_GRACE_S = 20.0
+
+
+def _stop(proc: subprocess.Popen[bytes], *, group: bool) -> None:
+    """End a worker (SIGKILL); a group's torchrun gets SIGTERM first, so that it ends its ranks."""
+    if group:
+        proc.terminate()
+        try:
+            proc.wait(timeout=_GROUP_GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    proc.kill()
+    proc.wait()
+
+
+def _end_group(proc: subprocess.Popen[bytes], shim: Path) -> None:
+    """After a group ended: no rank may outlive it (ranks run in their own sessions; torchrun ends
+    them unless it was killed itself).  Each rank wrote its pid (``rank<r>.pid``); one still running
+    that still runs this round's worker (its command line names this round's spec) is killed."""
+    if proc.poll() is None:
+        _stop(proc, group=True)
+    spec = str(shim / "spec.json")
+    for pid_file in shim.glob("rank*.pid"):
+        try:
+            pid = int(pid_file.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            pid_file.unlink(missing_ok=True)
+            continue
+        if spec in cmdline:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        pid_file.unlink(missing_ok=True)
+
+
+def _describe_group_exit(code: int, log: str) -> str:
+    """How a group ended: torchrun's exit, and the first rank that failed (from its summary)."""
+    how = _describe_exit(code)
+    ranks = re.findall(r"^\s*rank\s*:\s*(\d+)", log, flags=re.MULTILINE)
+    codes = re.findall(r"^\s*exitcode\s*:\s*(-?\d+)", log, flags=re.MULTILINE)
+    if ranks and codes:
+        return f"{how}; rank {ranks[0]}: {_describe_exit(int(codes[0]))}"
+    return how
 
 
 def _step_totals(results: Iterable[ResultRecord]) -> dict[str, float]:

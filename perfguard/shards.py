@@ -24,7 +24,7 @@ import torch
 from perfguard import cases, passes, profiles
 
 #: The implementations with a sequence-parallel path (``attention._distributed``), in suite order.
-RING_IMPLS = ("ring", "hilbert_ring", "multihead_ring")
+RING_IMPLS = profiles.DISTRIBUTED_IMPLS
 
 
 def world() -> tuple[int, int]:
