@@ -322,6 +322,12 @@ class RoundRunner:
                 if in_flight is None:
                     break
             how = _describe_exit(code) if not self.profile.distributed else _describe_group_exit(code, log)
+            if (
+                self.profile.distributed and in_flight in finished
+            ):  # rank 0 failed it: say how the group ended
+                finished[in_flight]["error"] = (
+                    f"{finished[in_flight].get('error') or ''}\nthe group ended ({how})"
+                )
             # The case it died in would kill the next process too: its other benchmarks fail with it.
             for x in plan:
                 if x not in finished and _case_of(x) == _case_of(in_flight):
@@ -524,13 +530,17 @@ def _end_group(proc: subprocess.Popen[bytes], shim: Path) -> None:
 
 
 def _describe_group_exit(code: int, log: str) -> str:
-    """How a group ended: torchrun's exit, and the first rank that failed (from its summary)."""
+    """How a group ended: torchrun's exit, and each failed rank from its summary (deaths by a signal
+    first: a rank that raised after a peer died is a consequence, not the cause)."""
     how = _describe_exit(code)
-    ranks = re.findall(r"^\s*rank\s*:\s*(\d+)", log, flags=re.MULTILINE)
-    codes = re.findall(r"^\s*exitcode\s*:\s*(-?\d+)", log, flags=re.MULTILINE)
-    if ranks and codes:
-        return f"{how}; rank {ranks[0]}: {_describe_exit(int(codes[0]))}"
-    return how
+    failures = re.findall(r"^\s*rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", log, flags=re.MULTILINE)
+    seen: dict[int, int] = {}
+    for rank, exit_code in failures:
+        seen.setdefault(int(rank), int(exit_code))
+    if not seen:
+        return how
+    ordered = sorted(seen.items(), key=lambda item: (item[1] >= 0, item[0]))
+    return f"{how}; " + ", ".join(f"rank {rank}: {_describe_exit(c)}" for rank, c in ordered)
 
 
 def _step_totals(results: Iterable[ResultRecord]) -> dict[str, float]:
