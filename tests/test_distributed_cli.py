@@ -74,6 +74,11 @@ def repo(origin: Path, tmp_path: Path) -> Path:
     return clone
 
 
+def distributed(repo: Path, command: str, *args: str, db: str, env: dict[str, str] | None = None) -> Any:
+    """``perfguard COMMAND --profile distributed-quick ARGS`` in a fresh process."""
+    return perfguard(repo, command, "--profile", "distributed-quick", *args, db=db, env=env, timeout=600)
+
+
 def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
     with sqlite3.connect(db) as conn:
         return conn.execute(sql).fetchall()
@@ -87,7 +92,13 @@ def stored(db: Path, benchmark: str) -> list[dict[str, Any]]:
         f"JOIN result_data d ON d.result_id = r.id WHERE r.benchmark = 'bench_distributed.{benchmark}'",
     )
     return [
-        {"status": s, "value": v, "samples": json.loads(x or "null"), "info": json.loads(i or "{}"), "error": e}
+        {
+            "status": s,
+            "value": v,
+            "samples": json.loads(x or "null"),
+            "info": json.loads(i or "{}"),
+            "error": e,
+        }
         for s, v, x, i, e in found
     ]
 
@@ -96,8 +107,7 @@ def stored(db: Path, benchmark: str) -> list[dict[str, Any]]:
 def test_a_two_rank_run_is_stored_under_its_ranks_and_gated_by_check(repo: Path, tmp_path: Path) -> None:
     db = tmp_path / "history.db"
     url = f"sqlite:///{db}"
-    recorded = perfguard(repo, "run", "--profile", "distributed-quick", "--bench", WORK_BENCH, "--rounds", "2",
-                         db=url)  # fmt: skip
+    recorded = distributed(repo, "run", "--bench", WORK_BENCH, "--rounds", "2", db=url)
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
     assert "2 ranks" in recorded.stderr and "stored 2 round(s)" in recorded.stderr
     [(key, attributes)] = rows(db, "SELECT key, attributes FROM machines")
@@ -110,8 +120,21 @@ def test_a_two_rank_run_is_stored_under_its_ranks_and_gated_by_check(repo: Path,
     assert {tuple(r["info"]["per_rank"]) for r in flops} == {(flops[0]["value"],) * 2}
 
     # A/A: main against itself, the baseline from the stored rounds
-    aa = perfguard(repo, "check", "--baseline", "main", "--profile", "distributed-quick", "--bench", WORK_BENCH,
-                   "--rounds", "2", "--json", str(tmp_path / "aa.json"), db=url)  # fmt: skip
+    aa = perfguard(
+        repo,
+        "check",
+        "--baseline",
+        "main",
+        "--profile",
+        "distributed-quick",
+        "--bench",
+        WORK_BENCH,
+        "--rounds",
+        "2",
+        "--json",
+        str(tmp_path / "aa.json"),
+        db=url,
+    )
     assert aa.returncode == 0, aa.stdout + aa.stderr
     assert "using 2 stored round(s)" in aa.stderr
     items = json.loads((tmp_path / "aa.json").read_text())["items"]
@@ -119,8 +142,21 @@ def test_a_two_rank_run_is_stored_under_its_ranks_and_gated_by_check(repo: Path,
 
     # the planted 2x in the ring's per-step work fails the check, naming the ring
     git(repo, "checkout", "-q", "double-step")
-    slow = perfguard(repo, "check", "--baseline", "main", "--profile", "distributed-quick", "--bench", WORK_BENCH,
-                     "--rounds", "2", "--json", str(tmp_path / "double.json"), db=url)  # fmt: skip
+    slow = perfguard(
+        repo,
+        "check",
+        "--baseline",
+        "main",
+        "--profile",
+        "distributed-quick",
+        "--bench",
+        WORK_BENCH,
+        "--rounds",
+        "2",
+        "--json",
+        str(tmp_path / "double.json"),
+        db=url,
+    )
     assert slow.returncode == 1, slow.stdout + slow.stderr
     document = json.loads((tmp_path / "double.json").read_text())
     by_metric = {i["metric"]: i for i in document["items"]}
@@ -136,7 +172,9 @@ def test_times_and_communication_are_the_groups_and_each_rank_count_is_its_own_k
 ) -> None:
     db = tmp_path / "history.db"
     url = f"sqlite:///{db}"
-    two = perfguard(repo, "run", "--profile", "distributed-quick", "--bench", TIME_BENCH, "--rounds", "1", db=url)
+    two = perfguard(
+        repo, "run", "--profile", "distributed-quick", "--bench", TIME_BENCH, "--rounds", "1", db=url
+    )
     assert two.returncode == 0, two.stdout + two.stderr
     [forward] = stored(db, "Forward.track_time")
     assert forward["status"] == "ok" and forward["info"]["ranks"] == 2
@@ -144,21 +182,21 @@ def test_times_and_communication_are_the_groups_and_each_rank_count_is_its_own_k
     # each call's sample is the slower rank's: never below that rank's own median
     assert max(forward["info"]["rank_medians"]) <= max(forward["samples"])
     [comm] = stored(db, "Communication.track_forward")
-    assert comm["status"] == "ok" and comm["value"] > 0 and 0 < comm["info"]["share"]
+    assert comm["status"] == "ok" and comm["value"] > 0 and comm["info"]["share"] > 0
     # what each rank sends is exact: its k and v shard (1024 x 4 heads x 32 x float32, twice) once
     # around the ring of 2, and its shard length to the other rank (one int64 x 4 dims)
     assert comm["info"]["bytes_sent_per_rank"] == [2 * 1024 * 4 * 32 * 4 + 4 * 8] * 2
 
-    one = perfguard(repo, "run", "--profile", "distributed-quick", "--bench", TIME_BENCH, "--rounds", "1", db=url,
-                    env={"PERFGUARD_RANKS": "1"})  # fmt: skip
+    one = distributed(
+        repo, "run", "--bench", TIME_BENCH, "--rounds", "1", db=url, env={"PERFGUARD_RANKS": "1"}
+    )
     assert one.returncode == 0, one.stdout + one.stderr
     keys = sorted(k for (k,) in rows(db, "SELECT key FROM machines"))
     assert [k.rsplit(" ", 1)[1] for k in keys] == ["ranks=1", "ranks=2"]
     skipped = [r for r in stored(db, "Communication.track_forward") if r["status"] == "skipped"]
     assert len(skipped) == 1 and "one rank" in skipped[0]["error"]
 
-    bad = perfguard(repo, "run", "--profile", "distributed-quick", "--rounds", "1", db=url,
-                    env={"PERFGUARD_RANKS": "two"})  # fmt: skip
+    bad = distributed(repo, "run", "--rounds", "1", db=url, env={"PERFGUARD_RANKS": "two"})
     assert bad.returncode == 2 and "PERFGUARD_RANKS" in bad.stderr
 
 
@@ -182,17 +220,20 @@ DistributedRingFunction.forward = staticmethod(_dying_forward)
 
 
 @pytest.mark.slow
-def test_a_rank_that_dies_fails_its_case_and_a_fresh_group_measures_the_rest(repo: Path, tmp_path: Path) -> None:
+def test_a_rank_that_dies_fails_its_case_and_a_fresh_group_measures_the_rest(
+    repo: Path, tmp_path: Path
+) -> None:
     with (repo / "attention" / "_distributed.py").open("a") as fh:
         fh.write(RANK_DIES)
     git(repo, "commit", "-qam", "rank 1 dies at 2048 tokens")
     db = tmp_path / "history.db"
     bench = r"Work\.track_forward_flops\('ring', (2048|4096),"
-    result = perfguard(repo, "run", "--profile", "distributed-quick", "--bench", bench, "--rounds", "1",
-                       db=f"sqlite:///{db}", timeout=600)  # fmt: skip
+    result = distributed(repo, "run", "--bench", bench, "--rounds", "1", db=f"sqlite:///{db}")
     assert result.returncode == 1, result.stdout + result.stderr  # stored, with a failed benchmark
     assert "1 restart(s) after a crash" in result.stderr
-    by_len = {json.loads(p)["seq_len"]: (s, e) for s, e, p in rows(db, "SELECT status, error, params FROM results")}
+    by_len = {
+        json.loads(p)["seq_len"]: (s, e) for s, e, p in rows(db, "SELECT status, error, params FROM results")
+    }
     status, error = by_len[2048]
     # gloo tells rank 0 that its peer is gone (rank 0 fails the benchmark and leaves); torchrun ends
     # the group, and the error says how: the rank that died first, then rank 0
