@@ -14,7 +14,8 @@ short table is printed last:
    kernel running) with the bytes each rank sent.  A length that does not fit is "oom".
 2. ``aa``: ``perfguard check --baseline main --profile distributed`` of ``main`` against itself
    (A/A) on the ring at 128K with every GPU of the machine as one rank each: forward time, peak
-   memory, work counts and communication, 2 rounds a side.  It must pass.
+   memory, work counts and communication, 2 rounds a side (a suspect re-measured 3 rounds a side,
+   ``[tool.perfguard.retry]`` in the scratch clone, to stay within one call).  It must pass.
 
     python3 docs/perf/distributed_gpu.py --out $OUT                 # both steps, ~5-8 min
     python3 docs/perf/distributed_gpu.py --out $OUT --steps scaling  # or one of them
@@ -202,6 +203,11 @@ def aa_check(out: Path, work: Path, smoke: bool, limit: float) -> dict[str, Any]
     if not repo.exists():
         git(work, "clone", "-q", str(ROOT), str(repo))
         git(repo, "checkout", "-q", "-B", "main")
+        # within one call's budget: a suspect is re-measured 3 rounds a side (default 5); both sides
+        # are this one commit, so it is still an A/A check
+        with (repo / "pyproject.toml").open("a") as fh:
+            fh.write("\n[tool.perfguard.retry]\nrounds = 3\n")
+        git(repo, "commit", "-qam", "distributed_gpu.py: retry 3 rounds a side")
     n = SMOKE_LENGTHS[0] if smoke else GPU_LENGTHS[0]
     profile = "distributed-quick" if smoke else "distributed"
     db = f"sqlite:///{work / 'aa-history.db'}"
