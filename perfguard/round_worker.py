@@ -22,8 +22,8 @@ progress and, if this process dies, knows which combination it died in::
 A benchmark that fails on CUDA ends the process after its result line (exit 3): a CUDA error can
 leave the context unusable, so the parent starts a fresh process for the rest of the round.
 
-The spec's ``suite`` names the asv module this round runs (``bench_attention``, or
-``bench_distributed`` for a distributed profile); the other suites of the directory are left out.
+The spec's ``suite`` names the one asv module a distributed profile's round runs
+(``bench_distributed``); ``exclude_suites`` the modules any other round leaves out (that one).
 
 **Under torchrun** (a distributed profile, :mod:`perfguard.ranks`) every rank runs this: it joins
 the group, discovers the same plan (checked), runs every benchmark, and the ranks agree on each
@@ -134,6 +134,7 @@ def run(spec: dict[str, Any]) -> int:
     profile_regexes = [re.compile(r) for r in spec.get("profile") or []]
     device = spec.get("device", "cpu")
     suite = spec.get("suite")
+    excluded = set(spec.get("exclude_suites") or ())
     group = ranks.join(device) if ranks.launched() else None
     if group is not None:  # the parent makes sure no rank outlives the group (perfguard.rounds)
         Path(spec["output"]).with_name(f"rank{group.rank}.pid").write_text(str(os.getpid()))
@@ -142,7 +143,9 @@ def run(spec: dict[str, Any]) -> int:
         benchmarks = [
             b
             for b in disc_benchmarks(str(bench_dir))
-            if getattr(b, "type", "") == "track" and (not suite or b.name.split(".", 1)[0] == suite)
+            if getattr(b, "type", "") == "track"
+            and (not suite or b.name.split(".", 1)[0] == suite)
+            and b.name.split(".", 1)[0] not in excluded
         ]
         discovery_s = time.perf_counter() - _STARTED
         selected = [

@@ -292,7 +292,9 @@ class RoundRunner:
                 "profile": list(profile),
                 "device": self.device,
                 "output": str(output),
-                "suite": self.profile.suite,
+                # a distributed profile runs its suite only; any other profile every suite but that one
+                "suite": self.profile.suite if self.profile.distributed else None,
+                "exclude_suites": [] if self.profile.distributed else [DISTRIBUTED_SUITE],
             }
             (shim / "spec.json").write_text(json.dumps(spec))
             offset = output.stat().st_size if output.exists() else 0
