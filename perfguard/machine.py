@@ -12,6 +12,11 @@ GPU facts come from NVML (nvidia-ml-py) first: it answers without creating a CUD
 this process must not hold while asv's benchmark processes measure memory.  torch's device
 properties fill in what NVML lacks (SM count, L2 size) only when CUDA is already initialised in
 this process (inside a benchmark); otherwise those fields are absent rather than costing a context.
+
+A distributed round (a group of ranks under torchrun) is measured under the key of the machine
+*and its number of ranks* (:func:`with_ranks`: ``NVIDIA H200 x4 ranks=4``): a 2-rank baseline is
+never compared with a 4-rank run, and the site's scaling view reads the number back
+(:func:`split_ranks`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from typing import Any
 
 #: Keys that identify one physical device or host: metadata, never a difference between runs.
 METADATA_KEYS = frozenset({"uuid", "hostname", "pci_bus_id", "serial"})
+#: How a machine key names the ranks of a distributed run (``<key> ranks=<n>``).
+RANKS_MARK = " ranks="
 
 
 @dataclass(frozen=True)
@@ -287,6 +294,47 @@ def cuda_visible() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def with_ranks(fp: Fingerprint, ranks: int) -> Fingerprint:
+    """The fingerprint of ``fp`` running a group of ``ranks`` processes: its own key and label.
+
+    The machine key gets `` ranks=<n>`` and the hardware ``ranks``; a run of one process keeps the
+    plain key, so the history of the single-process suite is untouched.
+    """
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"ranks must be a positive int, got {ranks!r}")
+    if RANKS_MARK in fp.key:
+        raise ValueError(f"machine key {fp.key!r} already names its ranks")
+    return Fingerprint(
+        fp.kind,
+        f"{fp.key}{RANKS_MARK}{ranks}",
+        f"{fp.label}, {ranks} rank{'s' if ranks != 1 else ''}",
+        {**fp.hardware, "ranks": ranks},
+        fp.software,
+        fp.metadata,
+    )
+
+
+def split_ranks(key: str) -> tuple[str, int | None]:
+    """``("NVIDIA H200 x4", 4)`` for ``"NVIDIA H200 x4 ranks=4"``; ``(key, None)`` for a plain key."""
+    base, mark, count = key.rpartition(RANKS_MARK)
+    if not mark or not count.isdigit():
+        return key, None
+    return base, int(count)
+
+
+def scaling_class(key: str) -> str:
+    """What runs with different numbers of ranks have in common: the hardware they scale over.
+
+    A GPU key loses its GPU count too (``NVIDIA H200 x2 ranks=2`` and ``NVIDIA H200 x4 ranks=4``
+    are the same GPU at 2 and 4); a CPU key keeps its core count (the ranks share those cores).
+    """
+    base, _ = split_ranks(key)
+    if base.startswith("cpu:"):
+        return base
+    name, sep, count = base.rpartition(" x")
+    return name if sep and count.isdigit() else base
 
 
 def software_differences(base: Mapping[str, Any], head: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:

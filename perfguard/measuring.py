@@ -159,6 +159,7 @@ class Bench:
             "device": self.device,
             "timer": pinned,
             "processes": round_.processes,
+            "world_size": round_.ranks,  # ranks of a distributed round (also in the machine key)
             "cost": dict(round_.seconds),  # where this round's time went (docs/perf/round_cost.py)
             "trust": "trusted" if self.trusted else "untrusted",
         }
@@ -330,7 +331,7 @@ def open_bench(
     from perfguard import profiles
     from perfguard.config import find_pyproject, load_config
     from perfguard.gitrepo import cleanup_stale, repo_root, scratch_dir
-    from perfguard.machine import fingerprint
+    from perfguard.machine import fingerprint, with_ranks
     from perfguard.rounds import RoundRunner
     from perfguard.store import Store, resolve_results
 
@@ -347,6 +348,9 @@ def open_bench(
     except RuntimeError as exc:
         raise UsageError(str(exc), hint="drop --device cuda, or run on a machine with a GPU") from None
     profile = profiles.resolve(profile_name, cuda=machine.has_cuda)
+    ranks = _ranks(profile, machine)
+    if profile.distributed:
+        machine = with_ranks(machine, ranks)  # a 2-rank baseline is never compared with a 4-rank run
     with ExitStack() as opened:
         baseline_store: Store | None
         if trusted:
@@ -374,6 +378,7 @@ def open_bench(
                 on_progress=reporter.progress,
                 timeout_s=timeout_s,
                 trust="trusted" if trusted else "untrusted",
+                ranks=ranks,
             )
             bench_ctx = Bench(
                 root, machine, profile, machine.kind, store, baseline_store, runner, config, bench, work_dir,
@@ -391,6 +396,20 @@ def open_bench(
                     f"({profile.description}), store {where}"
                 )
                 yield bench_ctx
+
+
+def _ranks(profile: Profile, machine: Fingerprint) -> int:
+    """The ranks a round of ``profile`` runs here; a bad ``$PERFGUARD_RANKS``: exit 2."""
+    from perfguard import profiles
+
+    try:
+        return profiles.ranks_for(
+            profile, device=machine.kind, gpus=int(machine.hardware.get("gpu_count") or 0)
+        )
+    except ValueError as exc:
+        raise UsageError(
+            str(exc), hint=f"unset ${profiles.RANKS_ENV} or set it to a number that fits"
+        ) from None
 
 
 def _open_baselines_read_only(db_url: str | None, root: Path, reporter: Reporter) -> Store | None:

@@ -14,6 +14,16 @@ padding rule would make a 1K benchmark time 8K tokens of work).  The segments ar
 benchmark measures, so they are stored with every result (``info.config``), never changed for an
 existing (profile, seq_len).
 
+**Distributed profiles** (``distributed``: 128K–1M tokens; ``distributed-quick``: 2K and 4K
+tokens, the CPU smoke run) measure the ring implementations across ranks with their own suite
+(``asv_benchmarks/bench_distributed.py``): perfguard starts every round of them under ``torchrun``
+with :func:`ranks_for` processes (one per visible GPU, 2 on the CPU, or ``$PERFGUARD_RANKS``), and
+the number of ranks is part of the machine key (:func:`perfguard.machine.with_ranks`).  Their
+attention configuration reaches across the whole sequence (:func:`distributed_dilation`: the
+largest segment is the sequence itself), so key/value shards really travel around the ring; with
+the 8K segments of the other profiles every segment would fit inside one rank's shard and nothing
+would be communicated at all.
+
 This module imports nothing heavy: the suites import it in asv's discovery process.
 """
 
@@ -33,6 +43,14 @@ SUITE_VERSION = "2"  # 2: adaptive CUDA timer, memory before capture, work metri
 #: Environment variables the asv suites read (set by perfguard for each asv invocation).
 PROFILE_ENV = "PERFGUARD_PROFILE"
 DEVICE_ENV = "PERFGUARD_DEVICE"
+#: The number of ranks of a distributed profile, when not the default (one per GPU, 2 on the CPU).
+RANKS_ENV = "PERFGUARD_RANKS"
+
+#: The asv module of the single-process suite and of the distributed one.
+SUITE = "bench_attention"
+DISTRIBUTED_SUITE = "bench_distributed"
+#: The implementations with a sequence-parallel path (``attention._distributed``): the distributed suite's.
+DISTRIBUTED_IMPLS = ("ring", "hilbert_ring", "multihead_ring")
 
 #: The largest segments (and their rates) used from 8K tokens up.
 LONG_SEGMENTS = (2048, 4096, 8192)
@@ -59,6 +77,13 @@ class Profile:
     cuda_dtypes: tuple[str, ...]
     cpu_shape: Shape
     cuda_shape: Shape
+    suite: str = SUITE  # the asv module a round of this profile runs
+    cpu_ranks: int = 1  # ranks on the CPU (distributed profiles); on CUDA: one per visible GPU
+
+    @property
+    def distributed(self) -> bool:
+        """Whether rounds of this profile run as a group of ranks under torchrun."""
+        return self.suite == DISTRIBUTED_SUITE
 
     def dtypes(self, device: str) -> tuple[str, ...]:
         return self.cuda_dtypes if device == "cuda" else self.cpu_dtypes
@@ -90,6 +115,11 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                     _CPU, _GPU),
             Profile("book", "50K-200K tokens", (57344, 114688, 196608), ("float32",), ("bfloat16",),
                     _CPU, _GPU),
+            Profile("distributed", "the ring across ranks, 128K-1M tokens (torchrun: one rank per GPU)",
+                    (131072, 524288, 1048576), ("float32",), ("bfloat16",), _CPU, _GPU,
+                    DISTRIBUTED_SUITE, cpu_ranks=2),
+            Profile("distributed-quick", "the ring across ranks at CPU sizes, 2K and 4K tokens (torchrun)",
+                    (2048, 4096), ("float32",), ("bfloat16",), _CPU, _GPU, DISTRIBUTED_SUITE, cpu_ranks=2),
         )
     }
 )  # fmt: skip
@@ -117,6 +147,53 @@ def dilation_for(seq_len: int) -> dict[str, list[int]]:
         top = max(16, 1 << (max(seq_len, 1) - 1).bit_length())  # the next power of two >= seq_len
         segments = [top // 4, top // 2, top]
     return {"segment_lengths": segments, "dilation_rates": list(RATES)}
+
+
+def distributed_dilation(seq_len: int) -> dict[str, list[int]]:
+    """Segments and rates of the distributed profiles: the largest segment is the whole sequence.
+
+    Segments ``b, 4b, 16b, …`` below ``n``, then ``n`` itself, with rates ``w / b`` (every branch
+    attends ``b`` keys per query row), ``b = min(2048, n / 16)``: at 128K tokens
+    ``[2048, 8192, 32768, 131072]`` with rates ``[1, 4, 16, 64]``, at 4K ``[256, 1024, 4096]``
+    with ``[1, 4, 16]``.  Because a segment spans every rank's shard, every key/value shard
+    travels the whole ring (``attention._distributed.ring_steps`` = the number of ranks).
+    """
+    if seq_len < 64:
+        raise ValueError(f"a distributed benchmark needs at least 64 tokens, got {seq_len}")
+    base = min(2048, seq_len // 16)
+    segments = []
+    w = base
+    while w < seq_len:
+        segments.append(w)
+        w *= 4
+    segments.append(seq_len)
+    return {"segment_lengths": segments, "dilation_rates": [s // base for s in segments]}
+
+
+def ranks_for(profile: Profile, *, device: str, gpus: int, environ: Mapping[str, str] | None = None) -> int:
+    """How many ranks a round of ``profile`` runs (1 for a single-process profile).
+
+    ``$PERFGUARD_RANKS`` when set (at most the visible GPUs on CUDA), else one rank per visible
+    GPU on CUDA and ``profile.cpu_ranks`` on the CPU.  Raises ``ValueError`` (saying what to do)
+    on a bad value.
+    """
+    if not profile.distributed:
+        return 1
+    env = os.environ if environ is None else environ
+    text = (env.get(RANKS_ENV) or "").strip()
+    if text:
+        if not text.isdigit() or not 1 <= int(text) <= 64:
+            raise ValueError(f"${RANKS_ENV}={text!r} is not a number of ranks between 1 and 64")
+        ranks = int(text)
+        if device == "cuda" and ranks > gpus:
+            raise ValueError(
+                f"${RANKS_ENV}={ranks} but only {gpus} GPU(s) are visible: one rank per GPU at most "
+                "(CUDA_VISIBLE_DEVICES picks which)"
+            )
+        return ranks
+    if device == "cuda":
+        return max(1, gpus)
+    return profile.cpu_ranks
 
 
 def from_environment(*, cuda: bool) -> Profile:

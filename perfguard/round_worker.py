@@ -21,6 +21,16 @@ progress and, if this process dies, knows which combination it died in::
 
 A benchmark that fails on CUDA ends the process after its result line (exit 3): a CUDA error can
 leave the context unusable, so the parent starts a fresh process for the rest of the round.
+
+The spec's ``suite`` names the one asv module a distributed profile's round runs
+(``bench_distributed``); ``exclude_suites`` the modules any other round leaves out (that one).
+
+**Under torchrun** (a distributed profile, :mod:`perfguard.ranks`) every rank runs this: it joins
+the group, discovers the same plan (checked), runs every benchmark, and the ranks agree on each
+outcome (a benchmark skipped or failed on one rank is skipped or failed for the group); only rank
+0 writes the output.  A rank whose benchmark raises cannot know whether the others wait for it
+inside an exchange, so it prints its traceback and exits at once (exit 3; rank 0 writes the
+failure first): torchrun ends the group, and the parent measures the rest in a fresh one.
 """
 
 from __future__ import annotations
@@ -56,6 +66,8 @@ _ORDER = (
     "Work.track_forward_backward_allocated",
     "ForwardBackward.track_time",
     "Work.track_forward_backward_kernels",
+    "Communication.track_forward",
+    "Communication.track_forward_backward",
 )
 
 
@@ -112,7 +124,7 @@ def run(spec: dict[str, Any]) -> int:
     from asv_runner.benchmarks.mark import SkipNotImplemented
     from asv_runner.discovery import disc_benchmarks
 
-    from perfguard import measurement, passes
+    from perfguard import measurement, ranks
 
     started = time.perf_counter()
     bench_dir = Path(spec["benchmark_dir"])
@@ -121,8 +133,20 @@ def run(spec: dict[str, Any]) -> int:
     only = set(spec["only"]) if spec.get("only") is not None else None
     profile_regexes = [re.compile(r) for r in spec.get("profile") or []]
     device = spec.get("device", "cpu")
-    with open(spec["output"], "a", encoding="utf-8") as out:
-        benchmarks = [b for b in disc_benchmarks(str(bench_dir)) if getattr(b, "type", "") == "track"]
+    suite = spec.get("suite")
+    excluded = set(spec.get("exclude_suites") or ())
+    group = ranks.join(device) if ranks.launched() else None
+    if group is not None:  # the parent makes sure no rank outlives the group (perfguard.rounds)
+        Path(spec["output"]).with_name(f"rank{group.rank}.pid").write_text(str(os.getpid()))
+    output = spec["output"] if group is None or group.writer else os.devnull
+    with open(output, "a", encoding="utf-8") as out:
+        benchmarks = [
+            b
+            for b in disc_benchmarks(str(bench_dir))
+            if getattr(b, "type", "") == "track"
+            and (not suite or b.name.split(".", 1)[0] == suite)
+            and b.name.split(".", 1)[0] not in excluded
+        ]
         discovery_s = time.perf_counter() - _STARTED
         selected = [
             item
@@ -130,6 +154,8 @@ def run(spec: dict[str, Any]) -> int:
             if (not regexes or any(r.search(item[2]) for r in regexes)) and (only is None or item[2] in only)
         ]
         selected.sort(key=_sort_key)
+        if group is not None:
+            ranks.check_same("the round's plan", "\n".join(item[2] for item in selected))
         _emit(
             out,
             event="plan",
@@ -137,6 +163,7 @@ def run(spec: dict[str, Any]) -> int:
             labels=[item[2] for item in selected],
             items=[{"label": item[2], "benchmark": item[0].name, "params": item[3]} for item in selected],
             discovery_s=discovery_s,
+            ranks=1 if group is None else group.world,
         )
         for bench, index, label, params in selected:
             _emit(out, event="start", label=label)
@@ -156,7 +183,7 @@ def run(spec: dict[str, Any]) -> int:
                         result.update(_result_fields(value, outcome, bench))
                         if any(r.search(label) for r in profile_regexes):
                             name = "forward_backward" if "ForwardBackward" in bench.name else "forward"
-                            measured = passes.current_measured()
+                            measured = _current_measured(group is not None)
                             if measured is not None and measured.case is not None:
                                 result.setdefault("info", {})["underneath"] = measured.pass_(name).breakdown()
                     except SkipNotImplemented as exc:
@@ -168,13 +195,58 @@ def run(spec: dict[str, Any]) -> int:
                 result.update(status="failed", error=traceback.format_exc()[-4000:])
                 failed_on_cuda = device == "cuda"
             result["seconds"] = time.perf_counter() - t0
+            if group is not None and result["status"] == "failed":
+                return _abandon(out, result, group)
+            if group is not None:
+                result = ranks.agree(result, group)
+                failed_on_cuda = failed_on_cuda or (device == "cuda" and result["status"] == "failed")
             _emit(out, event="result", **result)
             if failed_on_cuda:
-                passes.release()
+                _release(group is not None)
                 return EXIT_RESTART
-        passes.release()
+        _release(group is not None)
         _emit(out, event="done", seconds=time.perf_counter() - started)
+    if group is not None:
+        ranks.leave()
     return 0
+
+
+def _current_measured(distributed: bool) -> Any:
+    """The case this process measures now (the distributed suite keeps its own, :mod:`perfguard.shards`)."""
+    if distributed:
+        from perfguard import shards
+
+        return shards.current_measured()
+    from perfguard import passes
+
+    return passes.current_measured()
+
+
+def _release(distributed: bool) -> None:
+    from perfguard import passes
+
+    passes.release()
+    if distributed:
+        from perfguard import shards
+
+        shards.release()
+
+
+def _abandon(out: Any, result: dict[str, Any], group: Any) -> int:
+    """A rank whose benchmark raised: say so and leave the group at once (see the module docstring).
+
+    The other ranks may be waiting for this one inside an exchange; agreeing on the outcome could
+    wait for them forever.  Rank 0 writes the failure (the parent keeps it); every rank prints it,
+    so the round's log names the rank that failed.
+    """
+    error = str(result.get("error") or "")
+    result["error"] = f"rank {group.rank} of {group.world}: {error}"
+    if group.writer:
+        _emit(out, event="result", **result)
+    print(f"perfguard round worker, rank {group.rank} of {group.world}, failed {result['label']}:\n{error}",
+          file=sys.stderr, flush=True)  # fmt: skip
+    out.flush()
+    os._exit(EXIT_RESTART)
 
 
 def _result_fields(value: Any, outcome: Any, bench: Any) -> dict[str, Any]:

@@ -24,12 +24,21 @@ perfguard.  What a benchmark's numbers are (metric, unit, direction) and how ``-
 them is :mod:`perfguard.suite`.  Compilation caches (Inductor, Triton, CUDA's JIT) persist on
 the machine between rounds, one directory per *trust domain*: code under review compiles into
 ``untrusted`` and can never write a kernel that a trusted (baseline) round loads.
+
+A round of a distributed profile is one *group* of ``ranks`` processes under ``torchrun``
+(:mod:`perfguard.ranks`): the group is the round's process.  When a rank dies, torchrun ends the
+others and exits non-zero; the round goes on exactly as after a worker that died (the combination
+in flight fails, with the rank and how it ended, and a fresh group measures the rest).  Rank 0
+writes the output; every rank's pid is written next to it, so that a group whose torchrun had to
+be killed (timeout, interrupt) leaves no rank behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -43,7 +52,7 @@ from typing import Any
 
 from perfguard import round_output
 from perfguard.errors import BenchmarkError
-from perfguard.profiles import DEVICE_ENV, PROFILE_ENV, Profile
+from perfguard.profiles import DEVICE_ENV, DISTRIBUTED_SUITE, PROFILE_ENV, Profile
 from perfguard.store.records import ResultRecord
 from perfguard.suite import load_benchmark_dir
 
@@ -73,7 +82,8 @@ class Round:
     log: str
     exit_code: int
     bench: tuple[str, ...] = ()  # the round's --bench selection
-    processes: int = 1
+    processes: int = 1  # worker processes (or groups of ranks) the round took: more after a crash
+    ranks: int = 1  # ranks of each group (1: a single-process round)
     seconds: dict[str, Any] = field(default_factory=dict)  # where the round's time went
 
     @property
@@ -135,7 +145,10 @@ class RoundRunner:
         on_progress: Callable[[Progress], None] | None = None,
         timeout_s: float | None = None,
         trust: str = "trusted",
+        ranks: int = 1,
     ) -> None:
+        if ranks != 1 and not profile.distributed:
+            raise ValueError(f"profile {profile.name!r} runs one process, not {ranks} ranks")
         self.root = root
         self.profile = profile
         self.device = device
@@ -143,6 +156,7 @@ class RoundRunner:
         self.on_progress = on_progress
         self.timeout_s = timeout_s
         self.trust = trust
+        self.ranks = ranks
         self.benchmark_dir = load_benchmark_dir(root)
         compile_cache_env(trust)  # validates the domain now, not in the middle of a measurement
 
@@ -168,14 +182,14 @@ class RoundRunner:
         events: list[dict[str, Any]] = []
         logs: list[str] = []
         # faulthandler: a benchmark that crashes the process leaves its Python stack in the log
-        command = [
-            sys.executable,
-            "-X",
-            "faulthandler",
-            "-m",
-            "perfguard.round_worker",
-            str(shim / "spec.json"),
-        ]
+        worker = ["perfguard.round_worker", str(shim / "spec.json")]
+        if self.profile.distributed:
+            from perfguard.ranks import LAUNCH_ENV, launch_command
+
+            env.update(LAUNCH_ENV)
+            command = launch_command(worker, self.ranks)
+        else:
+            command = [sys.executable, "-X", "faulthandler", "-m", *worker]
         plan: list[str] | None = None
         planned: dict[str, dict[str, Any]] = {}
         finished: dict[str, dict[str, Any]] = {}
@@ -191,6 +205,9 @@ class RoundRunner:
                 "profile": list(profile),
                 "device": self.device,
                 "output": str(output),
+                # a distributed profile runs its suite only; any other profile every suite but that one
+                "suite": self.profile.suite if self.profile.distributed else None,
+                "exclude_suites": [] if self.profile.distributed else [DISTRIBUTED_SUITE],
             }
             (shim / "spec.json").write_text(json.dumps(spec))
             offset = output.stat().st_size if output.exists() else 0
@@ -214,12 +231,18 @@ class RoundRunner:
                     f"(exit {_describe_exit(code)}){_tail(log)}",
                     hint="the lines above come from the suite or the code under test; fix what they name",
                 )
-            in_flight = _in_flight(new, finished)
+            in_flight = _in_flight(new, finished) or _failed_last(new)
             if in_flight is None:  # it died between benchmarks: nothing to blame, but it must not loop
                 in_flight = next((x for x in plan if x not in finished), None)
                 if in_flight is None:
                     break
-            how = _describe_exit(code)
+            how = _describe_exit(code) if not self.profile.distributed else _describe_group_exit(code, log)
+            if (
+                self.profile.distributed and in_flight in finished
+            ):  # rank 0 failed it: say how the group ended
+                finished[in_flight]["error"] = (
+                    f"{finished[in_flight].get('error') or ''}\nthe group ended ({how})"
+                )
             # The case it died in would kill the next process too: its other benchmarks fail with it.
             for x in plan:
                 if x not in finished and _case_of(x) == _case_of(in_flight):
@@ -260,6 +283,7 @@ class RoundRunner:
             exit_code=code,
             bench=tuple(bench),
             processes=processes,
+            ranks=self.ranks if self.profile.distributed else 1,
             seconds=cost,
         )
 
@@ -276,6 +300,7 @@ class RoundRunner:
     ) -> tuple[int, str]:
         """Run one worker process, reporting progress from its output; (exit code, stderr+stdout)."""
         log_path = cwd / f"worker-{offset}.log"
+        group = self.profile.distributed
         try:
             with open(log_path, "w", encoding="utf-8", errors="replace") as log_file:
                 proc = subprocess.Popen(
@@ -283,6 +308,22 @@ class RoundRunner:
                 )
         except OSError as exc:
             raise BenchmarkError(f"could not start the benchmark process: {exc}") from None
+        try:
+            return self._watch(proc, output, offset, done_before, label, plan, log_path)
+        finally:
+            if group:
+                _end_group(proc, output.parent)
+
+    def _watch(
+        self,
+        proc: subprocess.Popen[bytes],
+        output: Path,
+        offset: int,
+        done_before: int,
+        label: str,
+        plan: list[str] | None,
+        log_path: Path,
+    ) -> tuple[int, str]:
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         seen = offset
         done = done_before
@@ -292,16 +333,14 @@ class RoundRunner:
                 time.sleep(0.2)
                 seen, done, total = self._report(output, seen, done, total, label)
                 if deadline is not None and time.monotonic() > deadline:
-                    proc.kill()
-                    proc.wait()
+                    _stop(proc, group=self.profile.distributed)
                     raise BenchmarkError(
                         f"the round did not finish within {self.timeout_s:.0f} s",
                         hint="select fewer benchmarks (--bench) or raise the timeout",
                     )
         except BaseException:
             if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+                _stop(proc, group=self.profile.distributed)
             raise
         self._report(output, seen, done, total, label)
         return proc.returncode, log_path.read_text(encoding="utf-8", errors="replace")
@@ -343,6 +382,66 @@ def _in_flight(events: Iterable[dict[str, Any]], finished: Mapping[str, Any]) ->
         if isinstance(label, str) and label not in finished:
             return label
     return None
+
+
+def _failed_last(events: Sequence[dict[str, Any]]) -> str | None:
+    """The combination whose failure ended the process (a worker exits after a failure on CUDA, and a
+    rank after any failure): its case's other benchmarks fail with it, the rest run in a fresh one."""
+    results = [e for e in events if e.get("event") == "result"]
+    if results and results[-1].get("status") == "failed" and isinstance(results[-1].get("label"), str):
+        return str(results[-1]["label"])
+    return None
+
+
+#: How long torchrun gets to end its ranks after SIGTERM before it is killed.
+_GROUP_GRACE_S = 20.0
+
+
+def _stop(proc: subprocess.Popen[bytes], *, group: bool) -> None:
+    """End a worker (SIGKILL); a group's torchrun gets SIGTERM first, so that it ends its ranks."""
+    if group:
+        proc.terminate()
+        try:
+            proc.wait(timeout=_GROUP_GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    proc.kill()
+    proc.wait()
+
+
+def _end_group(proc: subprocess.Popen[bytes], shim: Path) -> None:
+    """After a group ended: no rank may outlive it (ranks run in their own sessions; torchrun ends
+    them unless it was killed itself).  Each rank wrote its pid (``rank<r>.pid``); one still running
+    that still runs this round's worker (its command line names this round's spec) is killed."""
+    if proc.poll() is None:
+        _stop(proc, group=True)
+    spec = str(shim / "spec.json")
+    for pid_file in shim.glob("rank*.pid"):
+        try:
+            pid = int(pid_file.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            pid_file.unlink(missing_ok=True)
+            continue
+        if spec in cmdline:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        pid_file.unlink(missing_ok=True)
+
+
+def _describe_group_exit(code: int, log: str) -> str:
+    """How a group ended: torchrun's exit, and each failed rank from its summary (deaths by a signal
+    first: a rank that raised after a peer died is a consequence, not the cause)."""
+    how = _describe_exit(code)
+    failures = re.findall(r"^\s*rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", log, flags=re.MULTILINE)
+    seen: dict[int, int] = {}
+    for rank, exit_code in failures:
+        seen.setdefault(int(rank), int(exit_code))
+    if not seen:
+        return how
+    ordered = sorted(seen.items(), key=lambda item: (item[1] >= 0, item[0]))
+    return f"{how}; " + ", ".join(f"rank {rank}: {_describe_exit(c)}" for rank, c in ordered)
 
 
 def _case_of(label: str) -> str:

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.errors import BenchmarkError
+from perfguard.profiles import DISTRIBUTED_IMPLS, DISTRIBUTED_SUITE, SUITE
 from perfguard.store.records import ResultRecord
 
 #: The suite's module, as asv names its benchmarks (``bench_attention.Forward.track_time``).
-SUITE_MODULE = "bench_attention"
+SUITE_MODULE = SUITE
 #: The parameters of the suite's benchmarks, in asv's order (a derived result records none).
 PARAM_NAMES = ("impl", "seq_len", "dtype")
 
@@ -48,6 +49,8 @@ for _pass in ("forward", "forward_backward"):
     _KINDS[f"Work.track_{_pass}_ops"] = Kind("ops", "aten ops", "lower", True)
     _KINDS[f"Work.track_{_pass}_kernels"] = Kind("kernels", "kernels", "lower", True)
     _KINDS[f"Work.track_{_pass}_allocated"] = Kind("allocated", "bytes", "lower", True)
+    # the distributed suite: seconds of communication per call, reported (its share is in info)
+    _KINDS[f"Communication.track_{_pass}"] = Kind("time", "seconds", "lower", False)
 _UNIT_KINDS = {
     "seconds": Kind("time", "seconds", "lower", True),
     "bytes": Kind("memory", "bytes", "lower", True),
@@ -58,13 +61,17 @@ EFFICIENCY = Kind("efficiency", "TFLOP/s", "higher", False)
 
 
 def suite_labels(impls: Iterable[str], seq_lens: Iterable[int], dtypes: Iterable[str]) -> list[str]:
-    """asv's ``name(params)`` labels of the suite's benchmarks for these parameters (``--bench`` matching)."""
+    """asv's ``name(params)`` labels of the suites' benchmarks for these parameters (``--bench`` matching).
+
+    The single-process suite's, and the distributed suite's for the implementations it runs.
+    """
     out = []
     for impl in impls:
+        suites = (SUITE_MODULE, DISTRIBUTED_SUITE) if impl in DISTRIBUTED_IMPLS else (SUITE_MODULE,)
         for seq_len in seq_lens:
             for dtype in dtypes:
                 params = f"({impl!r}, {seq_len!r}, {dtype!r})"
-                out += [f"{SUITE_MODULE}.{name}{params}" for name in _KINDS]
+                out += [f"{suite}.{name}{params}" for suite in suites for name in _KINDS]
     return out
 
 

@@ -24,7 +24,9 @@ GPU work is asynchronous and the host adds noise, so on CUDA (``research/gpu_tim
   run (no sync: NVML answers while the queued work executes);
 - the **same number of calls on every rank** when ``torch.distributed`` is initialised (time-based
   counts would differ between ranks and deadlock a collective): counts and stop decisions are
-  agreed by all-reduce, and nothing is captured.
+  agreed by all-reduce, and nothing is captured.  :func:`slowest_rank` then makes the group's
+  samples (each call's time on the rank that took longest) and :func:`per_rank` gathers one number
+  from every rank (peak memory, work counts).
 
 On the CPU the per-call samples are **process CPU time** (``time.process_time``) with torch pinned
 to one intra-op thread (``method = "cpu-time"``): a shared 2-core CI machine steals wall time from
@@ -252,6 +254,58 @@ def _agree(value: float, op: str = "max") -> float:
     t = torch.tensor([value], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.MIN)
     return float(t.item())
+
+
+def _world() -> int:
+    """The number of ranks when torch.distributed runs, else 1."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def gather_values(values: list[float]) -> list[list[float]]:
+    """``values`` of every rank (all the same length), in rank order; ``[values]`` without ranks."""
+    import torch.distributed as dist
+
+    if _world() == 1:
+        return [list(values)]
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    mine = torch.tensor(values, dtype=torch.float64, device=device)
+    lengths = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(_world())]
+    dist.all_gather(lengths, torch.tensor([len(values)], dtype=torch.int64, device=device))
+    if len({int(t.item()) for t in lengths}) != 1:
+        raise RuntimeError(f"ranks hold different numbers of values: {[int(t.item()) for t in lengths]}")
+    out = [torch.empty_like(mine) for _ in range(_world())]
+    dist.all_gather(out, mine)
+    return [[float(x) for x in t.tolist()] for t in out]
+
+
+def per_rank(value: float) -> list[float]:
+    """``value`` of every rank, in rank order (``[value]`` without torch.distributed)."""
+    return [v[0] for v in gather_values([float(value)])]
+
+
+def slowest_rank(result: Timing) -> Timing:
+    """The group's samples: each call's time on the rank that took longest (every rank calls this).
+
+    Every rank made the same number of calls (the counts are agreed), and the calls run in lock
+    step through the ring's exchanges, so sample ``i`` of every rank is the same call; the group is
+    as fast as its slowest rank.  Each rank's median is kept (``info.rank_medians``), with the
+    rank the group waited for most (``info.slowest_rank``).  Without ranks: ``result`` unchanged.
+    """
+    if _world() == 1:
+        return result
+    everyone = gather_values(result.samples)
+    samples = [max(call) for call in zip(*everyone, strict=True)]
+    medians = [statistics.median(s) for s in everyone]
+    info = {
+        **result.info,
+        "ranks": len(everyone),
+        "rank_medians": medians,
+        "slowest_rank": max(range(len(medians)), key=medians.__getitem__),
+        "per_call": "slowest rank",
+    }
+    return Timing(samples, result.method, info)
 
 
 def _sample_count(per_call_s: float, s: TimerSettings) -> int:

@@ -251,6 +251,18 @@ WRITE_ALLOWED = {
 }
 PR_POOL = ["self-hosted", "linux", "gpu", "perfguard-pr"]
 BASELINE_POOL = ["self-hosted", "linux", "gpu", "perfguard-baseline"]
+# The multi-GPU runners of each pool carry `multi-gpu` instead of `gpu`: a single-GPU job never lands
+# on them (its machine key would become the GPU x their count), and the distributed jobs only there.
+MULTI_GPU_PR_POOL = ["self-hosted", "linux", "multi-gpu", "perfguard-pr"]
+MULTI_GPU_BASELINE_POOL = ["self-hosted", "linux", "multi-gpu", "perfguard-baseline"]
+#: Where each job that runs PR code may run, and the condition it runs under.
+PR_CODE_JOBS = {
+    "benchmark": (PR_POOL, "needs.gate.outputs.run == 'true'"),
+    "distributed": (
+        MULTI_GPU_PR_POOL,
+        "needs.gate.outputs.run == 'true' && vars.PERFGUARD_MULTI_GPU_RUNNER == 'true'",
+    ),
+}
 
 
 def test_permissions_are_empty_by_default_and_widened_per_job() -> None:
@@ -318,7 +330,7 @@ def test_privileged_triggers_never_check_out_pull_request_code_with_a_write_toke
                 if ref in PR_HEAD_REFS:
                     assert step["with"].get("allow-unsafe-pr-checkout") is True, where
             if _runs_pr_code(job):
-                assert job["needs"] == "gate" and job["if"] == "needs.gate.outputs.run == 'true'", where
+                assert job["needs"] == "gate" and job["if"] == PR_CODE_JOBS[job_id][1], where
                 assert (job.get("permissions") or {}) == {"contents": "read"}, where
             # Values from the event (branch names, titles) reach scripts only through env:, so no
             # attacker-chosen text is ever spliced into a script.
@@ -335,13 +347,13 @@ def test_no_secret_and_no_store_write_reaches_a_job_that_runs_pr_code() -> None:
         for job_id, job in workflow["jobs"].items()
         if _runs_pr_code(job)
     ]
-    assert [(name, job_id) for name, job_id, _ in pr_jobs] == [("perfguard-pr.yml", "benchmark")]
+    assert [(name, job_id) for name, job_id, _ in pr_jobs] == [("perfguard-pr.yml", j) for j in PR_CODE_JOBS]
     for name, job_id, job in pr_jobs:
         where = f"{name}/{job_id}"
         text = _job_text(job)
         assert "secrets." not in text and "github.token" not in text, where
         assert set((job.get("permissions") or {}).items()) <= {("contents", "read")}, where
-        assert job["runs-on"] == PR_POOL, f"{where}: PR code runs on the PR pool only"
+        assert job["runs-on"] == PR_CODE_JOBS[job_id][0], f"{where}: PR code runs on the PR pool only"
         assert job["env"]["PERFGUARD_UNTRUSTED"] == "1", where
         lines = [line for step in job["steps"] for line in logical_lines(step.get("run", ""))]
         perfguard_calls = [line for line in lines if re.search(r"(?:^|\s)perfguard\s+\w", line)]
@@ -366,9 +378,10 @@ def test_no_secret_and_no_store_write_reaches_a_job_that_runs_pr_code() -> None:
         ), f"{where}: perfguard must be installed before any PR code is on the machine"
 
 
-def test_pr_jobs_have_their_own_caches_and_remove_them() -> None:
+@pytest.mark.parametrize("job_id", sorted(PR_CODE_JOBS))
+def test_pr_jobs_have_their_own_caches_and_remove_them(job_id: str) -> None:
     """W3 (workflow half): Triton/Inductor/CUDA/pip caches in the job's directory, deleted at its end."""
-    job = load_workflow(WORKFLOWS / "perfguard-pr.yml")["jobs"]["benchmark"]
+    job = load_workflow(WORKFLOWS / "perfguard-pr.yml")["jobs"][job_id]
     prepare = job["steps"][0]["run"]
     for variable in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH", "PIP_CACHE_DIR"):
         assert re.search(rf'echo "{variable}=\$\{{job_dir\}}/cache/', prepare), variable
@@ -383,10 +396,16 @@ def test_the_baseline_pool_never_runs_pr_code() -> None:
     record = main["jobs"]["record"]
     assert record["runs-on"] == BASELINE_POOL
     assert all("ref" not in (s.get("with") or {}) for s in _checkouts(record))  # the pushed commit
+    distributed = main["jobs"]["record-distributed"]
+    assert distributed["runs-on"] == MULTI_GPU_BASELINE_POOL
+    assert all("ref" not in (s.get("with") or {}) for s in _checkouts(distributed))
     for name, workflow in all_workflows().items():
         for job_id, job in workflow["jobs"].items():
             if "perfguard-baseline" in job.get("runs-on", []):
-                assert (name, job_id) == ("perfguard-main.yml", "record")
+                assert (name, job_id) in {
+                    ("perfguard-main.yml", "record"),
+                    ("perfguard-main.yml", "record-distributed"),
+                }
 
 
 def test_pull_request_workflow_exposes_no_secrets_and_gates_the_gpu() -> None:
@@ -436,7 +455,15 @@ def test_every_gpu_job_is_serialised_and_never_cancels_a_baseline() -> None:
     record = main["jobs"]["record"]
     assert record["runs-on"] == BASELINE_POOL
     assert record["concurrency"] == {"group": "perfguard-baseline", "cancel-in-progress": False}
+    distributed = main["jobs"]["record-distributed"]
+    assert distributed["concurrency"] == {
+        "group": "perfguard-baseline-distributed",
+        "cancel-in-progress": False,
+    }
     assert set(main["on"]) == {"push", "schedule", "workflow_dispatch"}
+    pr = load_workflow(WORKFLOWS / "perfguard-pr.yml")["jobs"]
+    groups = {job_id: pr[job_id]["concurrency"]["group"] for job_id in PR_CODE_JOBS}
+    assert len(set(groups.values())) == len(groups), groups  # a PR's two GPU jobs never cancel each other
 
 
 # --------------------------------------------------------------------------------------------------
@@ -619,7 +646,18 @@ def without(argv: list[str], options: list[str]) -> list[str]:
     return kept
 
 
-@pytest.mark.parametrize("variables", [{}, {"PERFGUARD_PROFILE": "quick", "PERFGUARD_BENCH": "Forward"}])
+@pytest.mark.parametrize(
+    "variables",
+    [
+        {},
+        {
+            "PERFGUARD_PROFILE": "quick",
+            "PERFGUARD_BENCH": "Forward",
+            "PERFGUARD_DISTRIBUTED_PROFILE": "distributed-quick",
+            "PERFGUARD_DISTRIBUTED_BENCH": "Forward",
+        },
+    ],
+)
 def test_every_perfguard_command_line_parses(variables: dict[str, str], tmp_path: Path) -> None:
     used: set[str] = set()
     helpers: set[str] = set()

@@ -37,6 +37,9 @@ BENCHMARK_LABELS = {
     "Work.track_forward_backward_kernels": "forward+backward CUDA kernels",
     "Work.track_forward_allocated": "forward bytes allocated",
     "Work.track_forward_backward_allocated": "forward+backward bytes allocated",
+    # the distributed suite (bench_distributed): seconds per call spent communicating
+    "Communication.track_forward": "forward communication",
+    "Communication.track_forward_backward": "forward+backward communication",
 }
 #: Reported numbers computed from another benchmark's samples.  Mirrors
 #: ``perfguard.compare.DERIVED_FROM`` (not imported: compare pulls scipy into every report;

@@ -9,6 +9,7 @@ in the pages as JSON blocks, no request of any kind, guarded by a Content-Securi
                             hover read-out (commit, date, value, CI), regressions / improvements marked
 ``compare.html``            implementations against each other over sequence length, with crossovers
 ``memory.html``             peak memory against sequence length, log-log, with the fitted exponent
+``ranks.html``              the distributed suite against the number of ranks (GPUs), with the ideal
 ``regressions.html``        every marked change, newest first
 ``data/history.json|.csv``  every point of every series (downloads)
 ``static/``                 the stylesheet and script (from ``perfguard/static``)
@@ -34,6 +35,7 @@ from typing import Any
 
 from perfguard.errors import UsageError
 from perfguard.report import formatting
+from perfguard.report import ranks as ranks_view
 from perfguard.report.charts import PALETTE, LineChart, Marker, line_chart, loglog_chart, sparkline
 from perfguard.report.items import column_order
 from perfguard.report.queries import HISTORY_PURPOSES, open_store, verdict_marks
@@ -198,6 +200,15 @@ def build_site(
                 for g in groups(series, metrics=metrics, colors=colors, slugs=slugs)
             ],
         )
+    write(
+        "ranks.html",
+        "site/ranks.html",
+        page="ranks",
+        groups=[
+            GroupView(group=g, chart=ranks_view.chart(g))
+            for g in ranks_view.groups(series, colors=colors, slugs=slugs)
+        ],
+    )
     write("regressions.html", "site/regressions.html", page="regressions", marks=_recent_marks(series, slugs))
     _write_data(out, machines, series)
     (out / ".nojekyll").write_text("", encoding="utf-8")  # GitHub Pages: serve the files as they are
@@ -208,7 +219,7 @@ def build_site(
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     return SiteSummary(
         out_dir=out,
-        pages=len(pages) + 5,
+        pages=len(pages) + 6,
         series=len(series),
         points=sum(len(s.points) for s in series),
         commits=n_commits,

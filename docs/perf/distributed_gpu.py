@@ -1,0 +1,340 @@
+# ruff: noqa: E501  (command lines and table rows are kept one per line)
+"""The ring across GPUs (issue 15): scaling over N = 1, 2, 4 and a perfguard check A/A, in one call.
+
+Run on a lent multi-GPU machine (nvidia-h200-x2 or -x4) after ``source docs/perf/device_setup.sh``;
+every number is the distributed suite's own measurement (``perfguard.shards`` builds the rank's
+case, ``perfguard.timing`` / ``perfguard.communication`` measure it), logs go to ``--out``, and a
+short table is printed last:
+
+1. ``scaling``: ``ring`` forward at 128K, 512K and 1M tokens (bfloat16, 1 x n x 12 x 64, the
+   distributed profile's segments: the largest is the sequence) on N = 1, 2, 4 GPUs (those the
+   machine has), one ``torchrun`` group per N: the forward time (per call, the slowest rank's;
+   median), each rank's peak memory beyond the inputs and the largest of them against
+   1/N x 1.25 of one GPU's, and the communication share (NCCL kernels; exposed = with no other
+   kernel running) with the bytes each rank sent.  A length that does not fit is "oom".
+2. ``aa``: ``perfguard check --baseline main --profile distributed`` of ``main`` against itself
+   (A/A) on the ring at 128K with every GPU of the machine as one rank each: forward time, peak
+   memory, work counts and communication, 2 rounds a side (a suspect re-measured 3 rounds a side,
+   ``[tool.perfguard.retry]`` in the scratch clone, to stay within one call).  It must pass.
+
+    python3 docs/perf/distributed_gpu.py --out $OUT                 # both steps, ~5-8 min
+    python3 docs/perf/distributed_gpu.py --out $OUT --steps scaling  # or one of them
+    python3 docs/perf/distributed_gpu.py --out /tmp/smoke --smoke    # CPU, gloo, 2K and 4K tokens
+
+``--smoke`` runs the same code on the CPU (gloo, N = 1, 2, the ``distributed-quick`` profile): what
+this script does can be checked without a GPU.  NVLink multicast stays off in every rank
+(``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``, ``NVSHMEM_DISABLE_NVLS=1``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+GPU_LENGTHS = (131072, 524288, 1048576)
+SMOKE_LENGTHS = (2048, 4096)
+AA_BENCH = r"(Forward\.track_time|PeakMemory\.track_forward|Work\.track_forward_(flops|ops|allocated)|Communication\.track_forward)\('ring', {n},"
+GIB = 2**30
+
+
+# --------------------------------------------------------------------------------------------------
+# one rank of one group (started by torchrun: --worker)
+
+
+def worker(args: argparse.Namespace) -> int:
+    """Every rank measures every length; rank 0 writes one JSON line per length to ``--jsonl``."""
+    import torch
+
+    from perfguard import cases, communication, passes, profiles, ranks, shards, timing
+
+    device = "cpu" if args.smoke else "cuda"
+    group = ranks.join(device)
+    profile = profiles.PROFILES["distributed-quick" if args.smoke else "distributed"]
+    dtype = profile.dtypes(device)[0]
+    settings = timing.pin_settings(device)
+    with open(args.jsonl if group.writer else os.devnull, "a", encoding="utf-8") as out:
+        for n in (int(x) for x in args.lengths.split(",")):
+            started = time.perf_counter()
+            row: dict[str, Any] = {
+                "impl": "ring",
+                "seq_len": n,
+                "ranks": group.world,
+                "dtype": dtype,
+                "device": device,
+            }
+            try:
+                case = shards.build("ring", n, dtype, device, profile)
+                p = passes.Pass(case, "forward", case.forward())
+                p.first()
+                if device == "cuda":
+                    memory = p.memory()
+                    peaks = timing.per_rank(float(memory.peak_bytes))
+                    row.update(peak_bytes=max(peaks), peak_per_rank=peaks)
+                result = timing.slowest_rank(p.timing())
+                row.update(forward_s=result.median, samples=len(result.samples), method=result.method,
+                           rank_medians=result.info.get("rank_medians", [result.median]),
+                           stop=result.info.get("stop"), forward_flops=case.forward_flops,
+                           config=case.config, steps_s=dict(p.log))  # fmt: skip
+                if group.world > 1:
+                    exchange = communication.measure(p.fn, device)
+                    shares = timing.per_rank(exchange.share)
+                    row.update(
+                        comm_method=exchange.method,
+                        comm_share=max(shares),
+                        comm_share_per_rank=shares,
+                        comm_s=timing.per_rank(statistics.median(exchange.comm_s)),
+                        exposed_s=timing.per_rank(statistics.median(exchange.exposed_s))
+                        if exchange.exposed_s
+                        else None,
+                        call_s=timing.per_rank(statistics.median(exchange.call_s)),
+                        bytes_sent=timing.per_rank(float(exchange.bytes_sent)),
+                    )
+                del p, case
+            except cases.Unsupported as exc:
+                row["skipped"] = str(exc)
+            except torch.cuda.OutOfMemoryError as exc:
+                row["skipped"] = f"oom: {str(exc).splitlines()[0]}"
+            shards.release()
+            row["seconds"] = round(time.perf_counter() - started, 1)
+            row["settings"] = settings
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            print(
+                f"[rank {group.rank}] {n} tokens on {group.world}: {row.get('forward_s', row.get('skipped'))}",
+                flush=True,
+            )
+    ranks.leave()
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# the parent: groups, the A/A check, the table
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "dist", "GIT_AUTHOR_EMAIL": "d@x", "GIT_COMMITTER_NAME": "dist",
+           "GIT_COMMITTER_EMAIL": "d@x"}  # fmt: skip
+    return subprocess.run(
+        ["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
+
+
+def visible_gpus() -> int:
+    from perfguard.machine import nvml_gpus
+
+    return len(nvml_gpus() or [])
+
+
+def run_group(n: int, lengths: list[int], out: Path, smoke: bool, limit: float) -> dict[str, Any]:
+    """One torchrun group of ``n`` ranks measuring every length; its log and JSON lines in ``out``."""
+    from perfguard.ranks import LAUNCH_ENV
+
+    jsonl = out / f"scaling-N{n}.jsonl"
+    jsonl.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", str(n),
+               "--max-restarts", "0", str(Path(__file__).resolve()), "--worker", "--jsonl", str(jsonl),
+               "--lengths", ",".join(map(str, lengths))] + (["--smoke"] if smoke else [])  # fmt: skip
+    env = {
+        **os.environ,
+        **LAUNCH_ENV,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    }
+    started = time.perf_counter()
+    log = out / f"scaling-N{n}.log"
+    with open(log, "w", encoding="utf-8") as fh:
+        fh.write(f"$ {' '.join(command)}\n")
+        fh.flush()
+        proc = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        try:
+            code = proc.wait(timeout=max(10.0, limit))
+        except subprocess.TimeoutExpired:
+            proc.terminate()  # torchrun ends its ranks
+            try:
+                code = proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+            fh.write(f"\n(stopped after {limit:.0f} s)\n")
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()] if jsonl.exists() else []
+    return {
+        "ranks": n,
+        "exit": code,
+        "wall_s": round(time.perf_counter() - started, 1),
+        "rows": rows,
+        "log": log.name,
+    }
+
+
+def perfguard(repo: Path, args: list[str], log: Path, limit: float) -> dict[str, Any]:
+    started = time.perf_counter()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    }
+    try:
+        proc = subprocess.run([sys.executable, "-m", "perfguard", *args], cwd=repo, capture_output=True, text=True,
+                              timeout=max(10.0, limit), check=False, env=env)  # fmt: skip
+        code, out, err = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, out, err = (
+            124,
+            str(exc.stdout or ""),
+            str(exc.stderr or "") + f"\n(stopped after {limit:.0f} s)",
+        )
+    wall = time.perf_counter() - started
+    log.write_text(f"$ perfguard {' '.join(args)}\n{out}\n--- stderr ---\n{err}\nexit {code}, {wall:.1f} s\n")
+    return {"exit": code, "wall_s": round(wall, 1), "log": log.name}
+
+
+def aa_check(out: Path, work: Path, smoke: bool, limit: float) -> dict[str, Any]:
+    """``perfguard check`` of main against itself with the distributed profile (a scratch clone)."""
+    repo = work / "repo"
+    if not repo.exists():
+        git(work, "clone", "-q", str(ROOT), str(repo))
+        git(repo, "checkout", "-q", "-B", "main")
+        # within one call's budget: a suspect is re-measured 3 rounds a side (default 5); both sides
+        # are this one commit, so it is still an A/A check
+        with (repo / "pyproject.toml").open("a") as fh:
+            fh.write("\n[tool.perfguard.retry]\nrounds = 3\n")
+        git(repo, "commit", "-qam", "distributed_gpu.py: retry 3 rounds a side")
+    n = SMOKE_LENGTHS[0] if smoke else GPU_LENGTHS[0]
+    profile = "distributed-quick" if smoke else "distributed"
+    db = f"sqlite:///{work / 'aa-history.db'}"
+    result = perfguard(repo, ["check", "--baseline", "main", "--profile", profile, "--bench", AA_BENCH.format(n=n),
+                              "--rounds", "2", "--db", db, "--json", str(out / "aa.json"), "--markdown", str(out / "aa.md")],
+                       out / "aa-check.log", limit)  # fmt: skip
+    doc = json.loads((out / "aa.json").read_text()) if (out / "aa.json").exists() else {}
+    items = doc.get("items", [])
+    result.update(
+        verdict=doc.get("verdict"),
+        machine=(doc.get("machine") or {}).get("key")
+        if isinstance(doc.get("machine"), dict)
+        else doc.get("machine"),
+        items=[f"{i['benchmark'].split('.', 1)[-1]}: {i['verdict']} x{(i['ratio'] or 0):.3f}" for i in items],
+        failing=[
+            i["benchmark"] for i in items if i["gated"] and i["verdict"] in ("regression", "failed", "broken")
+        ],
+    )
+    return result
+
+
+def table(groups: list[dict[str, Any]]) -> str:
+    """The short table: per length and N, time, speedup, per-GPU memory against the 1/N x 1.25 bound, communication."""
+    rows = {(r["seq_len"], g["ranks"]): r for g in groups for r in g["rows"]}
+    lines = ["| tokens | N | forward (slowest rank) | speedup | peak / GPU | vs N=1 | bound 1.25/N | comm share (exposed) | sent / rank |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for n_tokens in sorted({k[0] for k in rows}):
+        one = rows.get((n_tokens, 1), {})
+        for ranks in sorted(k[1] for k in rows if k[0] == n_tokens):
+            r = rows[(n_tokens, ranks)]
+            if "skipped" in r:
+                lines.append(f"| {n_tokens} | {ranks} | {r['skipped'][:40]} | | | | | | |")
+                continue
+            t = r["forward_s"]
+            speedup = f"{one['forward_s'] / t:.2f}x" if one.get("forward_s") else "–"
+            peak = f"{r['peak_bytes'] / GIB:.2f} GiB" if r.get("peak_bytes") else "–"
+            ratio = (
+                r["peak_bytes"] / one["peak_bytes"] if r.get("peak_bytes") and one.get("peak_bytes") else None
+            )
+            bound = 1.25 / ranks
+            vs = f"{ratio:.3f}" if ratio is not None else "–"
+            ok = ("ok" if ratio <= bound else "OVER") if ratio is not None else "–"
+            share = f"{r['comm_share']:.1%}" if r.get("comm_share") is not None else "–"
+            sent = f"{max(r['bytes_sent']) / 2**20:.1f} MiB" if r.get("bytes_sent") else "–"
+            lines.append(
+                f"| {n_tokens} | {ranks} | {t * 1e3:.2f} ms | {speedup} | {peak} | {vs} | {bound:.3f} {ok} | {share} | {sent} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/distributed")))
+    parser.add_argument(
+        "--budget", type=float, default=540.0, help="seconds for all steps (a call may take 9 min)"
+    )
+    parser.add_argument("--steps", default="scaling,aa")
+    parser.add_argument("--ranks", default="1,2,4", help="group sizes to measure (those the machine has)")
+    parser.add_argument(
+        "--lengths", default=None, help="sequence lengths (default 128K,512K,1M; --smoke 2K,4K)"
+    )
+    parser.add_argument("--work", type=Path, default=Path("/tmp/distributed-work"))
+    parser.add_argument(
+        "--smoke", action="store_true", help="CPU, gloo, tiny sizes: check the script without a GPU"
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--jsonl", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+
+    started = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    lengths = (
+        [int(x) for x in args.lengths.split(",")]
+        if args.lengths
+        else list(SMOKE_LENGTHS if args.smoke else GPU_LENGTHS)
+    )
+    available = 2 if args.smoke else visible_gpus()
+    wanted = [int(x) for x in args.ranks.split(",")]
+    sizes = [n for n in wanted if n <= available]
+    results: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "device": "cpu (smoke)" if args.smoke else f"{available} GPU(s)",
+        "lengths": lengths,
+        "ranks": sizes,
+        "not_measured": [n for n in wanted if n > available],
+    }
+    if not args.smoke:
+        from perfguard.machine import fingerprint
+
+        fp = fingerprint()
+        results["machine"] = {"key": fp.key, "label": fp.label, "software": dict(fp.software)}
+
+    def left() -> float:
+        return args.budget - (time.perf_counter() - started)
+
+    steps = args.steps.split(",")
+    groups: list[dict[str, Any]] = []
+    if "scaling" in steps:
+        # the A/A check needs ~3-4 min: the scaling groups share what is left before it
+        reserve = 240.0 if "aa" in steps and not args.smoke else (90.0 if "aa" in steps else 0.0)
+        for i, n in enumerate(sizes):
+            share = (left() - reserve) / (len(sizes) - i)
+            if share < 30:
+                groups.append({"ranks": n, "skipped": f"{left():.0f} s left", "rows": []})
+                continue
+            groups.append(run_group(n, lengths, args.out, args.smoke, share))
+        results["scaling"] = groups
+    if "aa" in steps:
+        if left() > 60:
+            results["aa"] = aa_check(args.out, args.work, args.smoke, left() - 10)
+        else:
+            results["aa"] = {"skipped": f"{left():.0f} s left"}
+    results["wall_s"] = round(time.perf_counter() - started, 1)
+    (args.out / "distributed_gpu.json").write_text(json.dumps(results, indent=1))
+    text = table(groups) if groups else "(no scaling step)"
+    (args.out / "table.md").write_text(text + "\n")
+    print(json.dumps({k: v for k, v in results.items() if k != "scaling"}, indent=1)[-5000:])
+    for g in groups:
+        print(
+            f"group N={g['ranks']}: exit {g.get('exit')}, {g.get('wall_s')} s, {len(g['rows'])} lengths, log {g.get('log')}"
+        )
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""The case one rank measures in a distributed round: the ring module and this rank's shard of q, k, v.
+
+The distributed suite (``asv_benchmarks/bench_distributed.py``) times one long sequence spread over
+the round's ranks: rank ``r`` of ``N`` holds the contiguous positions ``attention._plan.split_lengths
+(n, N)[r]`` of q, k and v (random, seeded per rank, made on the device: no rank ever builds the
+whole sequence), and the module is built as the registry builds it for the benchmarks, with
+:func:`perfguard.profiles.distributed_dilation`'s segments and ``sequence_parallel=True`` (with
+one rank: the single-device ring with the registry's ``ring_size``, the N = 1 point of the scaling
+view).  The result is a plain :class:`perfguard.cases.Case`, so :mod:`perfguard.passes` measures it
+step by step exactly as it measures a single-process case.
+
+What the case stands for is the whole sequence: ``tokens`` and the attended-pair ``forward_flops``
+are the group's (tokens/s and TFLOP/s of the group), and ``info`` carries the world size and the
+shard lengths.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import torch
+
+from perfguard import cases, passes, profiles
+
+#: The implementations with a sequence-parallel path (``attention._distributed``), in suite order.
+RING_IMPLS = profiles.DISTRIBUTED_IMPLS
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) of this process: (0, 1) without torch.distributed."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def build(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Profile) -> cases.Case:
+    """This rank's case for one benchmark x params, or raise :class:`perfguard.cases.Unsupported`."""
+    from attention._plan import split_lengths
+    from attention.pattern import dilated_attended_pairs
+    from attention.registry import get
+
+    if impl not in RING_IMPLS:
+        raise cases.Unsupported(f"{impl} has no sequence-parallel path (only {', '.join(RING_IMPLS)})")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise cases.Unsupported("CUDA is not available here")
+    if device == "cpu" and seq_len > cases.CPU_MAX_SEQ_LEN:
+        raise cases.Unsupported(f"seq_len {seq_len} > {cases.CPU_MAX_SEQ_LEN} is not benchmarked on the CPU")
+    try:
+        spec = get(impl)
+    except KeyError as exc:
+        raise cases.Unsupported(str(exc)) from None
+    torch_dtype = cases.DTYPES[dtype]
+    if torch_dtype not in (spec.cuda_dtypes if device == "cuda" else spec.cpu_dtypes):
+        raise cases.Unsupported(f"{impl} does not support {dtype} on {device}")
+    rank, size = world()
+    lengths = split_lengths(seq_len, size)
+    shape = profile.shape(device)
+    dilation = profiles.distributed_dilation(seq_len)
+    overrides: dict[str, Any] = dict(dilation)
+    if size > 1:
+        overrides.update(ring_size=None, sequence_parallel=True)
+    else:
+        overrides["sequence_parallel"] = False
+    if spec.multihead:
+        overrides.update(embed_dim=shape.num_heads * shape.head_dim, num_heads=shape.num_heads)
+    else:
+        overrides["num_heads"] = shape.num_heads
+    try:
+        module = spec.build("bench", device=device, dtype=torch_dtype, **overrides)
+        inputs = _shard(spec.multihead, shape, lengths[rank], device, torch_dtype, seed=1000 + rank)
+    except torch.cuda.OutOfMemoryError as exc:
+        raise cases.Unsupported(f"does not fit the GPU: {str(exc).splitlines()[0]}") from None
+    config = {**dict(spec.bench.kwargs), **overrides}
+    config.update(
+        batch=shape.batch,
+        seq_len=seq_len,
+        num_heads=shape.num_heads,
+        head_dim=shape.head_dim,
+        world_size=size,
+        shard_lengths=list(lengths),
+    )
+    core = getattr(module, "attention", module)
+    pairs = dilated_attended_pairs(
+        seq_len, shape.num_heads, dilation["segment_lengths"], dilation["dilation_rates"], core.mode
+    )
+    return cases.Case(
+        impl=impl,
+        seq_len=seq_len,
+        dtype=dtype,
+        device=device,
+        module=module,
+        inputs=inputs,
+        multihead=spec.multihead,
+        config={str(k): (list(v) if isinstance(v, tuple) else v) for k, v in config.items()},
+        tokens=shape.batch * seq_len,
+        forward_flops=4.0 * shape.batch * pairs * shape.head_dim,
+    )
+
+
+def _shard(
+    multihead: bool, shape: profiles.Shape, length: int, device: str, dtype: torch.dtype, *, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random q, k, v of one shard, made on the device with a per-rank seed (never zeros)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    if multihead:
+        dims: tuple[int, ...] = (shape.batch, length, shape.num_heads * shape.head_dim)
+    else:
+        dims = (shape.batch, length, shape.num_heads, shape.head_dim)
+    made = [torch.randn(dims, generator=gen, device=device, dtype=torch.float32).to(dtype) for _ in range(3)]
+    return made[0], made[1], made[2]
+
+
+_CURRENT: tuple[tuple[str, int, str, str, str], passes.Measured] | None = None
+
+
+def current(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Profile) -> passes.Measured:
+    """This rank's case for these parameters, built once (see :func:`perfguard.passes.current`)."""
+    global _CURRENT
+    key = (impl, seq_len, dtype, device, profile.name)
+    if _CURRENT is not None and _CURRENT[0] == key:
+        return _CURRENT[1]
+    release()
+    try:
+        measured = passes.Measured(build(impl, seq_len, dtype, device, profile), None)
+    except cases.Unsupported as exc:
+        measured = passes.Measured(None, str(exc))
+    _CURRENT = (key, measured)
+    return measured
+
+
+def current_measured() -> passes.Measured | None:
+    """The case this rank measures now, if any (the round worker profiles its passes)."""
+    return None if _CURRENT is None else _CURRENT[1]
+
+
+def release() -> None:
+    """Forget the current case and give its GPU memory back."""
+    global _CURRENT
+    if _CURRENT is None:
+        return
+    device = _CURRENT[0][3]
+    _CURRENT = None
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()

@@ -1,0 +1,246 @@
+"""The distributed suite end to end: ``perfguard run`` / ``check --profile distributed-quick`` on the CPU.
+
+Every round is a real group of 2 gloo ranks started by ``torchrun`` in a real temporary git
+repository (the project's tracked files, registry trimmed to ``ring``).  The verdicts asserted come
+from the work metrics, which are exact on every rank whatever the machine does (CI is a busy 2-core
+machine); no timing is asserted.  Branch ``double-step``: every step of the sequence-parallel ring
+computes its pieces twice (``attention/_distributed.py``), which doubles the forward's FLOPs exactly
+and leaves the single-device ring alone.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.project import git, perfguard, tracked_files
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK_BENCH = r"Work\.track_forward_(flops|ops|allocated)\('ring', 2048,"
+TIME_BENCH = r"(Forward\.track_time|Communication\.track_forward)\('ring', 2048,"
+KEY_SUFFIX = " ranks=2"
+
+TRIM = """
+
+# --- tests/test_distributed_cli.py: a project with the ring only ---
+import types as _fixture_types
+
+REGISTRY = _fixture_types.MappingProxyType({k: REGISTRY[k] for k in ("ring",)})
+"""
+
+DOUBLE_STEP = """
+
+# --- tests/test_distributed_cli.py: every ring step computes its pieces twice ---
+_planted_once = run_pieces_forward
+
+
+def run_pieces_forward(plan, pieces, q, k, v):
+    _planted_once(plan, pieces, q, k, v)
+    return _planted_once(plan, pieces, q, k, v)
+"""
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The trimmed project: ``main``, and ``double-step`` with the planted change."""
+    import shutil
+
+    repo = tmp_path_factory.mktemp("origin") / "project"
+    for name in tracked_files():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, repo / name)
+    with (repo / "attention" / "registry.py").open("a") as fh:
+        fh.write(TRIM)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    git(repo, "checkout", "-q", "-b", "double-step", "main")
+    with (repo / "attention" / "_distributed.py").open("a") as fh:
+        fh.write(DOUBLE_STEP)
+    git(repo, "commit", "-qam", "double-step")
+    git(repo, "checkout", "-q", "main")
+    return repo
+
+
+@pytest.fixture
+def repo(origin: Path, tmp_path: Path) -> Path:
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    git(clone, "branch", "-q", "double-step", "origin/double-step")
+    return clone
+
+
+def distributed(repo: Path, command: str, *args: str, db: str, env: dict[str, str] | None = None) -> Any:
+    """``perfguard COMMAND --profile distributed-quick ARGS`` in a fresh process."""
+    return perfguard(repo, command, "--profile", "distributed-quick", *args, db=db, env=env, timeout=600)
+
+
+def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def stored(db: Path, benchmark: str) -> list[dict[str, Any]]:
+    """(value, samples, info) of every stored result of ``benchmark`` (its short name)."""
+    found = rows(
+        db,
+        "SELECT r.status, r.value, d.samples, d.info, r.error FROM results r "
+        f"JOIN result_data d ON d.result_id = r.id WHERE r.benchmark = 'bench_distributed.{benchmark}'",
+    )
+    return [
+        {
+            "status": s,
+            "value": v,
+            "samples": json.loads(x or "null"),
+            "info": json.loads(i or "{}"),
+            "error": e,
+        }
+        for s, v, x, i, e in found
+    ]
+
+
+@pytest.mark.slow
+def test_a_two_rank_run_is_stored_under_its_ranks_and_gated_by_check(repo: Path, tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    url = f"sqlite:///{db}"
+    recorded = distributed(repo, "run", "--bench", WORK_BENCH, "--rounds", "2", db=url)
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    assert "2 ranks" in recorded.stderr and "stored 2 round(s)" in recorded.stderr
+    [(key, attributes)] = rows(db, "SELECT key, attributes FROM machines")
+    assert key.endswith(KEY_SUFFIX) and json.loads(attributes)["ranks"] == 2
+    settings = [json.loads(s) for (s,) in rows(db, "SELECT settings FROM runs")]
+    assert [s["world_size"] for s in settings] == [2, 2]
+    flops = stored(db, "Work.track_forward_flops")
+    assert len(flops) == 2 and all(r["status"] == "ok" for r in flops)
+    # each rank does half of the work of the sequence, exactly the same on both ranks and rounds
+    assert {tuple(r["info"]["per_rank"]) for r in flops} == {(flops[0]["value"],) * 2}
+
+    # A/A: main against itself, the baseline from the stored rounds
+    aa = perfguard(
+        repo,
+        "check",
+        "--baseline",
+        "main",
+        "--profile",
+        "distributed-quick",
+        "--bench",
+        WORK_BENCH,
+        "--rounds",
+        "2",
+        "--json",
+        str(tmp_path / "aa.json"),
+        db=url,
+    )
+    assert aa.returncode == 0, aa.stdout + aa.stderr
+    assert "using 2 stored round(s)" in aa.stderr
+    items = json.loads((tmp_path / "aa.json").read_text())["items"]
+    assert len(items) == 3 and all(i["verdict"] == "unchanged" and i["ratio"] == 1.0 for i in items), items
+
+    # the planted 2x in the ring's per-step work fails the check, naming the ring
+    git(repo, "checkout", "-q", "double-step")
+    slow = perfguard(
+        repo,
+        "check",
+        "--baseline",
+        "main",
+        "--profile",
+        "distributed-quick",
+        "--bench",
+        WORK_BENCH,
+        "--rounds",
+        "2",
+        "--json",
+        str(tmp_path / "double.json"),
+        db=url,
+    )
+    assert slow.returncode == 1, slow.stdout + slow.stderr
+    document = json.loads((tmp_path / "double.json").read_text())
+    by_metric = {i["metric"]: i for i in document["items"]}
+    assert by_metric["flops"]["verdict"] == "regression" and by_metric["flops"]["gated"]
+    assert by_metric["flops"]["ratio"] == pytest.approx(2.0, rel=1e-12)
+    assert by_metric["flops"]["impl"] == "ring"
+    assert "ring" in slow.stdout and "regression" in slow.stdout
+
+
+@pytest.mark.slow
+def test_times_and_communication_are_the_groups_and_each_rank_count_is_its_own_key(
+    repo: Path, tmp_path: Path
+) -> None:
+    db = tmp_path / "history.db"
+    url = f"sqlite:///{db}"
+    two = perfguard(
+        repo, "run", "--profile", "distributed-quick", "--bench", TIME_BENCH, "--rounds", "1", db=url
+    )
+    assert two.returncode == 0, two.stdout + two.stderr
+    [forward] = stored(db, "Forward.track_time")
+    assert forward["status"] == "ok" and forward["info"]["ranks"] == 2
+    assert len(forward["info"]["rank_medians"]) == 2 and forward["info"]["per_call"] == "slowest rank"
+    # each call's sample is the slower rank's: never below that rank's own median
+    assert max(forward["info"]["rank_medians"]) <= max(forward["samples"])
+    [comm] = stored(db, "Communication.track_forward")
+    assert comm["status"] == "ok" and comm["value"] > 0 and comm["info"]["share"] > 0
+    # what each rank sends is exact: its k and v shard (1024 x 4 heads x 32 x float32, twice) once
+    # around the ring of 2, and its shard length to the other rank (one int64 x 4 dims)
+    assert comm["info"]["bytes_sent_per_rank"] == [2 * 1024 * 4 * 32 * 4 + 4 * 8] * 2
+
+    one = distributed(
+        repo, "run", "--bench", TIME_BENCH, "--rounds", "1", db=url, env={"PERFGUARD_RANKS": "1"}
+    )
+    assert one.returncode == 0, one.stdout + one.stderr
+    keys = sorted(k for (k,) in rows(db, "SELECT key FROM machines"))
+    assert [k.rsplit(" ", 1)[1] for k in keys] == ["ranks=1", "ranks=2"]
+    skipped = [r for r in stored(db, "Communication.track_forward") if r["status"] == "skipped"]
+    assert len(skipped) == 1 and "one rank" in skipped[0]["error"]
+
+    bad = distributed(repo, "run", "--rounds", "1", db=url, env={"PERFGUARD_RANKS": "two"})
+    assert bad.returncode == 2 and "PERFGUARD_RANKS" in bad.stderr
+
+
+RANK_DIES = """
+
+# --- tests/test_distributed_cli.py: rank 1 dies (SIGSEGV) in the ring at 2048 tokens ---
+_planted_forward = DistributedRingFunction.forward
+
+
+def _dying_forward(ctx, q, k, v, plan, group, steps):
+    if dist.get_rank(group) == 1 and plan.seq_len == 2048:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return _planted_forward(ctx, q, k, v, plan, group, steps)
+
+
+DistributedRingFunction.forward = staticmethod(_dying_forward)
+"""
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_fails_its_case_and_a_fresh_group_measures_the_rest(
+    repo: Path, tmp_path: Path
+) -> None:
+    with (repo / "attention" / "_distributed.py").open("a") as fh:
+        fh.write(RANK_DIES)
+    git(repo, "commit", "-qam", "rank 1 dies at 2048 tokens")
+    db = tmp_path / "history.db"
+    bench = r"Work\.track_forward_flops\('ring', (2048|4096),"
+    result = distributed(repo, "run", "--bench", bench, "--rounds", "1", db=f"sqlite:///{db}")
+    assert result.returncode == 1, result.stdout + result.stderr  # stored, with a failed benchmark
+    assert "1 restart(s) after a crash" in result.stderr
+    by_len = {
+        json.loads(p)["seq_len"]: (s, e) for s, e, p in rows(db, "SELECT status, error, params FROM results")
+    }
+    status, error = by_len[2048]
+    # gloo tells rank 0 that its peer is gone (rank 0 fails the benchmark and leaves); torchrun ends
+    # the group, and the error says how: the rank that died first, then rank 0
+    assert status == "failed" and error.rstrip().splitlines()[-1].startswith("the group ended (")
+    assert "rank 1: killed by SIGSEGV, rank 0: exit status 3" in error
+    assert by_len[4096][0] == "ok"
+    [(settings,)] = rows(db, "SELECT settings FROM runs")
+    assert json.loads(settings)["processes"] == 2
+    # no rank outlived its group
+    assert not list(tmp_path.glob("**/rank*.pid"))
