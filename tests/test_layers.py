@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1] / "perfguard"
 STAGES: tuple[tuple[str, ...], ...] = (
     ("errors", "console", "files", "config", "profiles", "gitrepo", "store.records"),  # leaves
     ("machine",),
-    ("timing", "work"),
-    ("cases", "passes", "measurement", "suite"),
+    ("timing", "work", "communication"),
+    ("cases", "passes", "measurement", "suite", "shards", "ranks"),
     ("round_worker", "round_output", "rounds"),
     ("store", "migrations"),
     ("stats", "compare", "accept"),
