@@ -612,11 +612,14 @@ def test_an_api_failure_approves_nothing_and_the_check_still_runs(
 # The benchmark job and the comment job, end to end
 
 
-def checkout_handler(origin_url: str, workspace: Path, *, pr_head: str | None = None) -> Any:
+def checkout_handler(
+    origin_url: str, workspace: Path, *, pr_head: str | None = None, at: str | None = None
+) -> Any:
     """actions/checkout: a clone of origin (all branches as origin/*) in ``path``, detached at ``ref``.
 
     ``pr_head``: the PR's head commit; checking it out needs full history (the merge-base) and,
-    under pull_request_target, checkout v7's explicit opt-in, as on GitHub.
+    under pull_request_target, checkout v7's explicit opt-in, as on GitHub.  ``at``: the event's
+    commit (``github.sha``), what a checkout without ``ref`` gets (default: origin's main).
     """
 
     def handle(inputs: dict[str, Any], env: dict[str, str]) -> None:
@@ -625,7 +628,7 @@ def checkout_handler(origin_url: str, workspace: Path, *, pr_head: str | None = 
         assert not target.exists() or not any(target.iterdir()), f"{target} is not empty"
         target.parent.mkdir(parents=True, exist_ok=True)
         git(target.parent, "clone", "-q", "--no-checkout", origin_url, str(target))
-        ref = str(inputs.get("ref") or "main")
+        ref = str(inputs.get("ref") or at or "main")
         if ref == pr_head:
             if inputs.get("fetch-depth", 1) != 0:
                 raise AssertionError("the benchmark needs full history (fetch-depth: 0)")
@@ -863,66 +866,178 @@ def test_regressing_head_fails_the_job_with_the_report_published(
     assert_isolated(run)
 
 
+@pytest.mark.slow
+def test_an_intended_regression_fails_until_a_maintainer_applies_the_acceptance_label(
+    tmp_path: Path, origin: dict[str, Any], prepared_python: Path, fake_api: FakeAPI
+) -> None:
+    """Issue 16 through the workflow: a PR doubles dilated's work and says so in a trailer. Pushed,
+    it fails (nobody approved the trailer, and the report tells the author so); once a maintainer
+    adds ``perfguard-accept``, the same head runs again and passes with the items accepted, by whom,
+    why and up to what, in the job summary and the PR comment."""
+    store = tmp_path / "runner-store"  # a runner with no baselines: the merge-base is measured too
+    store.mkdir()
+    Store.open(f"sqlite:///{store / 'history.db'}").close()
+    fake_api.permissions["maint"] = "write"
+
+    pushed = run_pr_workflow(
+        tmp_path / "push", origin, origin["accept"], prepared_python, store, bench=WORK_REGEX
+    )
+    job: JobResult = pushed["job"]
+    _skip_until_built(job)
+    assert pushed["approval"].outputs == {"approved_by": ""} and fake_api.calls == []
+    assert job.step("perfguard check").returncode == 1, job.step("perfguard check").output
+    report = (pushed["artifact"] / "report.md").read_text()
+    assert report.splitlines()[1].startswith("### ❌ perfguard: 3 regressions (gated)")
+    assert "⚠️ **1 acceptance ignored**" in report and "not approved by a maintainer" in report
+    assert_isolated(pushed)
+
+    fake_api.label(PR_NUMBER, "maint")
+    labeled = pr_event(origin["accept"], action="labeled", label="perfguard-accept", sender="maint")
+    approved = run_pr_workflow(
+        tmp_path / "label", origin, origin["accept"], prepared_python, store, bench=WORK_REGEX,
+        event=labeled, api=fake_api,
+    )  # fmt: skip
+    job = approved["job"]
+    assert approved["approval"].outputs == {"approved_by": "maint"}, approved["approval"].log
+    assert job.outcome == "success", job.log
+    assert annotations(job) == []
+    report = (approved["artifact"] / "report.md").read_text()
+    headline = report.splitlines()[1]
+    assert headline.startswith("### ✅ perfguard: 3 accepted · 0 regressions (gated)"), headline
+    assert f"`dilated Work.*` up to **×2.1**: “{ACCEPT_REASON}”" in report
+    assert f"approved by maint · Perfguard-Accept trailer in {origin['accept'][:10]}" in report
+    document = json.loads((approved["artifact"] / "report.json").read_text())
+    [acceptance] = document["summary"]["acceptances"]["applied"]
+    assert acceptance["approved_by"] == "maint" and len(acceptance["accepted"]) == 3
+    assert {i["ratio"] for i in document["items"] if i["verdict"] == "accepted"} == {2.0}
+    assert headline in job.summary
+    assert approved["plan"] is not None and "approved by maint" in approved["plan"]["body"]
+    assert_isolated(approved)
+
+
 # --------------------------------------------------------------------------------------------------
 # The baseline workflow: record on the GPU runner, render the site, hand it to the Pages deploy
 
 
-@pytest.mark.slow
-def test_baseline_workflow_records_renders_and_deploys(
-    tmp_path: Path, origin: dict[str, Any], prepared_python: Path, runner_store: Path
-) -> None:
+def record_baseline(
+    tmp: Path, origin: dict[str, Any], sha: str, prepared_python: Path, store: Path, api: FakeAPI
+) -> dict[str, Any]:
+    """The baseline workflow for a push of ``sha`` to main: approval, record (GPU runner), deploy."""
     workflow = load_workflow(WORKFLOWS / "perfguard-main.yml")
-    pages = tmp_path / "pages"
-    store = runner_store
+    pages = tmp / "pages"
     event = {"repository": {"full_name": REPO, "default_branch": "main"}, "ref": "refs/heads/main"}
+    approver = make_runner(
+        tmp / "approval", event, event_name="push", sha=sha, ref="refs/heads/main",
+        base_env={"PATH": os.environ["PATH"]}, api_url=api.url,
+    )  # fmt: skip
+    approver.workspace.parent.mkdir(parents=True, exist_ok=True)
+    approver.handlers = {"actions/checkout": checkout_handler(origin["url"], approver.workspace, at=sha)}
+    approval = approver.run_job(workflow, "approval")
     runner = make_runner(
-        tmp_path / "gpu",
+        tmp / "gpu",
         event,
         event_name="push",
-        sha=origin["base"],
+        sha=sha,
         ref="refs/heads/main",
         vars={
             "PERFGUARD_PYTHON": str(prepared_python),
             "PERFGUARD_PROFILE": "quick",
-            "PERFGUARD_BENCH": BENCH_REGEX,
+            "PERFGUARD_BENCH": OPS_REGEX,
         },
         base_env={
             "PATH": os.environ["PATH"],
-            "HOME": os.environ.get("HOME", str(tmp_path)),
+            "HOME": os.environ.get("HOME", str(tmp)),
             "PERFGUARD_DB": f"sqlite:///{store}/history.db",
             # where PR runners read the baselines from (docs/ci.md, "Runner pools")
-            "PERFGUARD_BASELINE_SNAPSHOT": str(tmp_path / "published" / "baseline.db"),
+            "PERFGUARD_BASELINE_SNAPSHOT": str(tmp / "published" / "baseline.db"),
         },
     )
-    (tmp_path / "published").mkdir()
-    prepared_before = _listing(prepared_python.parent.parent)
+    (tmp / "published").mkdir(parents=True)
     runner.workspace.parent.mkdir(parents=True, exist_ok=True)
     runner.handlers = {
-        "actions/checkout": checkout_handler(origin["url"], runner.workspace),
+        "actions/checkout": checkout_handler(origin["url"], runner.workspace, at=sha),
         "actions/upload-pages-artifact": copy_tree_handler(pages),
-        "actions/upload-artifact": copy_tree_handler(tmp_path / "artifacts"),
+        "actions/upload-artifact": copy_tree_handler(tmp / "artifacts"),
     }
-    record = runner.run_job(workflow, "record")
-    assert record.step("Install perfguard into the job's virtualenv").outcome == "success", record.log
+    record = runner.run_job(workflow, "record", needs_context(approval))
     deployed: list[dict[str, Any]] = []
-    deployer = make_runner(tmp_path / "pages-runner", event, event_name="push", sha=origin["base"])
+    deployer = make_runner(tmp / "pages-runner", event, event_name="push", sha=sha)
     deployer.handlers = {"actions/deploy-pages": lambda inputs, env: deployed.append(inputs)}
     deploy = deployer.run_job(workflow, "deploy", needs_context(record))
+    return {
+        "approval": approval,
+        "record": record,
+        "deploy": deploy,
+        "deployed": deployed,
+        "site": pages / "github-pages",
+        "snapshot": tmp / "published" / "baseline.db",
+        "runner": runner,
+    }
 
+
+def warnings(job: JobResult) -> list[str]:
+    return [line for step in job.steps for line in step.output.splitlines() if line.startswith("::warning")]
+
+
+@pytest.mark.slow
+def test_baseline_workflow_records_renders_and_deploys(
+    tmp_path: Path, origin: dict[str, Any], prepared_python: Path, runner_store: Path, fake_api: FakeAPI
+) -> None:
+    """Two pushes to main: the base commit, then one that doubles dilated's work without any check.
+    The second is flagged by the workflow's `perfguard changes` step (annotation, job summary) and on
+    the published site (issue 16)."""
+    prepared_before = _listing(prepared_python.parent.parent)
+    first = record_baseline(
+        tmp_path / "first", origin, origin["base"], prepared_python, runner_store, fake_api
+    )
+    record, deploy = first["record"], first["deploy"]
+    assert first["approval"].outputs == {"approved_by": ""}  # pushed directly: no pull request
+    assert (f"/repos/{REPO}/commits/{origin['base']}/pulls", "Bearer ***") in fake_api.calls
+    assert record.step("Install perfguard into the job's virtualenv").outcome == "success", record.log
     for name in ("perfguard run", "perfguard report"):
         if "is not built yet" in record.step(name).output:
             # Until `run`/`report` land: the failure is explained and nothing is published.
-            assert record.outcome == "failure" and deploy.outcome == "skipped" and deployed == []
+            assert record.outcome == "failure" and deploy.outcome == "skipped" and first["deployed"] == []
             assert record.summary.startswith(MARKER) and "is not built yet" in record.summary
             pytest.skip(f"{name} is not built on this branch yet")
     assert record.outcome == "success", record.log
-    assert (pages / "github-pages" / "index.html").stat().st_size > 0
-    assert deploy.outcome == "success" and deployed == [{}]
+    assert (first["site"] / "index.html").stat().st_size > 0
+    assert deploy.outcome == "success" and first["deployed"] == [{}]
+    # The first recorded commit: nothing to compare it with, nothing flagged.
+    assert "is the first commit recorded" in record.step("perfguard changes").output
+    assert warnings(record) == []
     # The snapshot PR runners read: read-only, with this commit's runs.
-    snapshot = tmp_path / "published" / "baseline.db"
+    snapshot = first["snapshot"]
     assert snapshot.stat().st_mode & 0o777 == 0o444
     with Store.open(f"sqlite:///{snapshot}", read_only=True) as published:
         assert any(m.key for m in published.machines())
         assert published.distinct("impl") == ["dilated"]
     assert _listing(prepared_python.parent.parent) == prepared_before  # nothing installed into it
-    assert not list(runner.home.glob("_temp-record-*/perfguard-venv"))  # removed by the last step
+    assert not list(first["runner"].home.glob("_temp-record-*/perfguard-venv"))  # removed by the last step
+
+    # The next push doubles dilated's forward; no check ran on it.
+    second = record_baseline(
+        tmp_path / "second", origin, origin["next"], prepared_python, runner_store, fake_api
+    )
+    record = second["record"]
+    assert record.outcome == "success", record.log  # a flag warns, it does not fail the recording
+    changes = record.step("perfguard changes")
+    assert changes.returncode == 0, changes.output
+    report = json.loads(
+        (tmp_path / "second" / "artifacts" / "perfguard-baseline-logs" / "changes.json").read_text()
+    )
+    [step] = report["steps"]
+    assert step["flagged"] and step["impl"] == "dilated" and step["ratio"] == 2.0
+    assert report["previous"] == origin["base"]
+    [warning] = warnings(record)
+    # (the title escaped as workflow commands need it: ":" is %3A)
+    assert (
+        f"title=perfguard%3A dilated Work.track_forward_ops 2.00x worse at {origin['next'][:10]}" in warning
+    )
+    assert f"### perfguard: 1 unaccepted step(s) at `{origin['next'][:10]}`" in record.summary
+    # ... and on the published site, first thing on the index, and on the chart at that commit.
+    index = (second["site"] / "index.html").read_text()
+    assert 'id="unaccepted-steps"' in index and f'data-sha="{origin["next"]}"' in index
+    pages = [p.read_text() for p in (second["site"] / "bench").glob("work-track-forward-ops-dilated-*.html")]
+    assert len(pages) == 1 and 'class="flag flag-flagged"' in pages[0]
+    assert second["deploy"].outcome == "success"
