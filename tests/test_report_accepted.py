@@ -237,6 +237,23 @@ def test_malformed_acceptances_are_skipped_and_user_text_stays_text() -> None:
     assert "&lt;img src=x onerror=alert(1)&gt;" in html and "<img" not in html
 
 
+def test_an_acceptance_that_found_nothing_or_only_items_over_its_ceiling_says_so() -> None:
+    entry = {"sha": "e" * 40, "scope": "ring *", "ceiling": 1.1, "reason": "why", "source": "command",
+             "id": 3, "author": "Maint", "accepted": [], "over_ceiling": []}  # fmt: skip
+    unused = _stored({"acceptances": {"applied": [entry], "ignored": []}}, [_item("unchanged")])
+    text = render_markdown(unused)
+    assert "### ✅ perfguard: no regressions (gated) · 1 unchanged" in text
+    assert "Also: 1 acceptance found no regression in its scope." in text
+    assert "No regression in its scope." in render_html(unused)
+    over = {**entry, "over_ceiling": ["Forward.track_time(impl=ring,seq_len=4096)"]}
+    failing = _stored({"acceptances": {"applied": [over], "ignored": []}}, [_item("regression")])
+    text = render_markdown(failing)
+    assert "**Acceptances** in scope, none within its ceiling:" in text and "0 accepted" not in text
+    assert "🔴 forward time ×1.300 (+30.0%, 95% CI [1.250, 1.350]) over the accepted ×1.1" in text
+    assert "over its ceiling, still failing: ring forward time ×1.300" in text
+    assert "none accepted a regression of this check" in render_html(failing)
+
+
 def test_an_accepted_row_without_a_stored_acceptance_is_still_shown() -> None:
     """A check stored before summary["acceptances"] existed: the accepted row is listed, its note says who."""
     text = render_markdown(_stored({}, [_item("accepted", "accepted up to 1.5× by Maint")]))
