@@ -13,6 +13,14 @@ other: derived items follow their timing, suspects are re-measured), on a 2-core
 * **check planted** (``planted_id``): a branch whose ``improved`` forward pass does 2x the work
   (100 extra ``aten::add`` per call): its forward and forward+backward times regress, are
   re-measured and confirmed, and ``summary["underneath"]`` holds the op-count difference.
+* with ``acceptances=True``, the same pull request once more with its commit message's
+  ``Perfguard-Accept:`` trailers read and applied by the real :mod:`perfguard.accept` (after stage
+  2, as the gate applies them, the work metrics compared by :func:`perfguard.compare.compare_suite`):
+  **accepted** (``accepted["approved"]``: a maintainer approved ``improved * <=2.8``: every
+  regression accepted, the check passes; a second trailer without a ceiling is ignored, with why),
+  **over the ceiling** (``accepted["over"]``: ``<=2.1`` approved; the forward aten ops, x2.72, stay
+  regressions) and **unapproved** (``accepted["unapproved"]``: nobody approved the trailers; all
+  ignored, the check fails).
 
 Every implementation x (512, 1024) x float32 has the quick profile's benchmarks: forward and
 forward+backward time (process CPU time), peak memory (skipped: no CUDA), tokens/s and TFLOP/s
@@ -29,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from perfguard.accept import Applied, CommitMessage, apply_acceptances, trailer_acceptances
 from perfguard.compare import Measurement, SuiteComparison, apply_retry, compare_suite
 from perfguard.config import Config
 from perfguard.store import CheckItemRecord, CommitRecord, MachineRecord, ResultRecord, RunRecord, Store
@@ -83,6 +92,21 @@ SETTINGS = {
 }
 
 
+#: The planted pull request's author and its commit message's acceptances (docs/living-with-regressions.md).
+PR_AUTHOR = "Pat Author <pat@example.invalid>"
+ACCEPT_REASON = "the exact reference pass runs twice, on purpose"
+#: scenario -> (the commit message's trailers, the maintainer who approved them or None)
+ACCEPT_SCENARIOS: dict[str, tuple[str, str | None]] = {
+    "approved": (
+        f'Perfguard-Accept: improved * <=2.8 "{ACCEPT_REASON}"\n'
+        'Perfguard-Accept: improved Forward.track_time "forgot the ceiling"\n',
+        "maint",
+    ),
+    "over": (f'Perfguard-Accept: improved * <=2.1 "{ACCEPT_REASON}"\n', "maint"),
+    "unapproved": (f'Perfguard-Accept: improved * <=2.8 "{ACCEPT_REASON}"\n', None),
+}
+
+
 @dataclass
 class ReadmeFacts:
     url: str
@@ -93,6 +117,8 @@ class ReadmeFacts:
     aa: SuiteComparison | None = None
     planted: SuiteComparison | None = None
     step_impl: str = "multihead_dilated"  # the series that moves +21% between two main commits
+    accepted: dict[str, int] = field(default_factory=dict)  # scenario -> check id (acceptances=True)
+    applied: dict[str, Applied] = field(default_factory=dict)  # scenario -> what perfguard.accept did
 
 
 def _params(impl: str, n: int) -> dict[str, Any]:
@@ -314,46 +340,66 @@ def _check(
         retried = len(first.suspects)
     items = [CheckItemRecord(**item.as_row()) for item in result.items]
     items += _work_items(base_rounds, head_rounds, config)
+    summary: dict[str, Any] = {
+        "retried": retried,
+        "rounds": {"base": len(base_rounds), "head": len(head_rounds)},
+    }
+    check_id = _store_check(store, config, head, base, items, when=when, software=software, summary=summary)
+    return check_id, result
+
+
+def _underneath() -> list[dict[str, Any]]:
+    """What changed underneath the planted implementation's forward time (its extra adds)."""
+    return [
+        {
+            "impl": PLANTED,
+            "benchmark": FORWARD,
+            "params_key": store_records.params_key(_params(PLANTED, n)),
+            "kind": "aten ops",
+            "source": "dispatch counts, one call",
+            "rows": [
+                {
+                    "name": "aten::add",
+                    "base_count": 0,
+                    "head_count": EXTRA_ADDS,
+                    "base_ms": None,
+                    "head_ms": None,
+                },
+                {
+                    "name": "aten::empty_like",
+                    "base_count": 4,
+                    "head_count": 6,
+                    "base_ms": None,
+                    "head_ms": None,
+                },
+            ],
+        }
+        for n in SEQ_LENS
+    ]
+
+
+def _store_check(
+    store: Store,
+    config: Config,
+    head: CommitRecord,
+    base: CommitRecord,
+    items: list[CheckItemRecord],
+    *,
+    when: datetime,
+    software: dict[str, str] | None,
+    summary: dict[str, Any],
+    regressed: bool = False,
+) -> int:
+    """Record a check as ``perfguard check`` does (``regressed``: something regressed before any
+    acceptance applied, so the summary holds what changed underneath, as the gate's does)."""
     failing = [i for i in items if i.gated and i.verdict in ("regression", "broken", "failed")]
     counts: dict[str, int] = {}
     for i in items:
         counts[i.verdict] = counts.get(i.verdict, 0) + 1
-    summary: dict[str, Any] = {
-        "counts": counts,
-        "retried": retried,
-        "rounds": {"base": len(base_rounds), "head": len(head_rounds)},
-        "dirty": False,
-        "bench": [],
-        "seconds": 512.3,
-    }
-    if failing:
-        summary["underneath"] = [
-            {
-                "impl": PLANTED,
-                "benchmark": FORWARD,
-                "params_key": store_records.params_key(_params(PLANTED, n)),
-                "kind": "aten ops",
-                "source": "dispatch counts, one call",
-                "rows": [
-                    {
-                        "name": "aten::add",
-                        "base_count": 0,
-                        "head_count": EXTRA_ADDS,
-                        "base_ms": None,
-                        "head_ms": None,
-                    },
-                    {
-                        "name": "aten::empty_like",
-                        "base_count": 4,
-                        "head_count": 6,
-                        "base_ms": None,
-                        "head_ms": None,
-                    },
-                ],
-            }
-            for n in SEQ_LENS
-        ]
-    check_id = store.record_check(
+    summary = {"counts": counts, **summary, "dirty": False, "bench": [], "seconds": 512.3}
+    if failing or regressed:
+        summary["underneath"] = _underneath()
+    return store.record_check(
         MACHINE,
         head,
         base,
@@ -374,13 +420,54 @@ def _check(
         created_at=when,
         items=items,
     )
-    return check_id, result
 
 
-def build_readme_store(path: Any, *, commits: int = 1, software: dict[str, str] | None = None) -> ReadmeFacts:
+def _accepted_checks(
+    store: Store,
+    config: Config,
+    facts: ReadmeFacts,
+    head: CommitRecord,
+    base: CommitRecord,
+    base_rounds: list[list[ResultRecord]],
+    head_rounds: list[list[ResultRecord]],
+    *,
+    when: datetime,
+) -> None:
+    """The planted check again for each of :data:`ACCEPT_SCENARIOS`, acceptances applied as the gate does."""
+    assert facts.planted is not None
+    work = compare_suite(_measurements(base_rounds, work=True), _measurements(head_rounds, work=True), config)
+    final = SuiteComparison(items=(*facts.planted.items, *work.items))
+    for k, (name, (trailers, approved_by)) in enumerate(ACCEPT_SCENARIOS.items()):
+        message = CommitMessage(head.sha, PR_AUTHOR, f"{head.subject}\n\n{trailers}")
+        found, ignored = trailer_acceptances([message], approved_by=approved_by)
+        applied = apply_acceptances(final, found, ignored=ignored)
+        items = [CheckItemRecord(**item.as_row()) for item in applied.result.items]
+        summary = {
+            "retried": sum(1 for i in facts.planted.items if i.retried and i.gated),
+            "rounds": {"base": len(base_rounds), "head": len(head_rounds)},
+            "acceptances": applied.summary(),
+        }
+        facts.accepted[name] = _store_check(
+            store,
+            config,
+            head,
+            base,
+            items,
+            when=when + timedelta(minutes=10 * (k + 1)),
+            software=None,
+            summary=summary,
+            regressed=True,
+        )
+        facts.applied[name] = applied
+
+
+def build_readme_store(
+    path: Any, *, commits: int = 1, software: dict[str, str] | None = None, acceptances: bool = False
+) -> ReadmeFacts:
     """The store described in the module docstring, in a new SQLite file at ``path``.
 
     ``software``: the planted check's head ran this software instead (a real difference).
+    ``acceptances``: also the checks of the planted pull request with its acceptances applied.
     """
     url = f"sqlite:///{path}"
     facts = ReadmeFacts(url=url)
@@ -452,4 +539,15 @@ def build_readme_store(path: Any, *, commits: int = 1, software: dict[str, str] 
             planted=True,
             software=software,
         )
+        if acceptances:
+            _accepted_checks(
+                store,
+                config,
+                facts,
+                feature,
+                last,
+                base_rounds,
+                head_rounds,
+                when=when + timedelta(minutes=30),
+            )
     return facts

@@ -28,6 +28,7 @@ from test_workflows_emulator import (
     WORKFLOWS,
     Evaluator,
     all_workflows,
+    evaluate_if,
     evaluate_value,
     load_workflow,
     substitute,
@@ -256,12 +257,10 @@ BASELINE_POOL = ["self-hosted", "linux", "gpu", "perfguard-baseline"]
 MULTI_GPU_PR_POOL = ["self-hosted", "linux", "multi-gpu", "perfguard-pr"]
 MULTI_GPU_BASELINE_POOL = ["self-hosted", "linux", "multi-gpu", "perfguard-baseline"]
 #: Where each job that runs PR code may run, and the condition it runs under.
+#: job -> (the runners it may run on, the repository variables under which it is meant to run)
 PR_CODE_JOBS = {
-    "benchmark": (PR_POOL, "needs.gate.outputs.run == 'true'"),
-    "distributed": (
-        MULTI_GPU_PR_POOL,
-        "needs.gate.outputs.run == 'true' && vars.PERFGUARD_MULTI_GPU_RUNNER == 'true'",
-    ),
+    "benchmark": (PR_POOL, {}),
+    "distributed": (MULTI_GPU_PR_POOL, {"PERFGUARD_MULTI_GPU_RUNNER": "true"}),
 }
 
 
@@ -314,6 +313,26 @@ def _job_text(job: dict[str, Any]) -> str:
     return json.dumps(job)
 
 
+def _needs(job: dict[str, Any]) -> list[str]:
+    needs = job.get("needs") or []
+    return [needs] if isinstance(needs, str) else list(needs)
+
+
+def _runs_only_when_the_gate_approved(job: dict[str, Any], variables: dict[str, str]) -> bool:
+    """The job's ``if:`` is false unless the gate said ``run == 'true'``, whatever else happened; and
+    when it did (with the repository ``variables`` it is meant to run under), true even if another
+    job it needs (the acceptance approval) failed: no approval means no acceptance, never no check."""
+    for run in ("true", "false", "", "TRUE "):
+        for status in ("success", "failure"):
+            needs = {"gate": {"result": "success", "outputs": {"run": run, "sha": "0" * 40}}}
+            needs["approval"] = {"result": status, "outputs": {"approved_by": ""}}
+            contexts = {"needs": needs, "github": {"event": {}}, "vars": dict(variables)}
+            runs = evaluate_if(job.get("if"), Evaluator(contexts, status=status))
+            if runs != (run == "true"):
+                return False
+    return True
+
+
 def test_privileged_triggers_never_check_out_pull_request_code_with_a_write_token() -> None:
     """pull_request_target and workflow_run jobs run this repository's files with its token: only a
     job with nothing to lose (read-only token, no secret, the gate's approval) may check out PR code."""
@@ -330,7 +349,8 @@ def test_privileged_triggers_never_check_out_pull_request_code_with_a_write_toke
                 if ref in PR_HEAD_REFS:
                     assert step["with"].get("allow-unsafe-pr-checkout") is True, where
             if _runs_pr_code(job):
-                assert job["needs"] == "gate" and job["if"] == PR_CODE_JOBS[job_id][1], where
+                assert "gate" in _needs(job), where
+                assert _runs_only_when_the_gate_approved(job, PR_CODE_JOBS[job_id][1]), where
                 assert (job.get("permissions") or {}) == {"contents": "read"}, where
             # Values from the event (branch names, titles) reach scripts only through env:, so no
             # attacker-chosen text is ever spliced into a script.
@@ -417,7 +437,7 @@ def test_pull_request_workflow_exposes_no_secrets_and_gates_the_gpu() -> None:
     gate, bench = workflow["jobs"]["gate"], workflow["jobs"]["benchmark"]
     assert gate["runs-on"] == "ubuntu-latest" and gate["permissions"] == {} and not _checkouts(gate)
     assert bench["runs-on"] == PR_POOL
-    assert bench["needs"] == "gate" and bench["if"] == "needs.gate.outputs.run == 'true'"
+    assert _needs(bench) == ["gate", "approval"] and _runs_only_when_the_gate_approved(bench, {})
     head = next(s for s in _checkouts(bench) if s["with"].get("path") == "pr")
     assert head["with"]["ref"] == "${{ needs.gate.outputs.sha }}"  # the approved commit only
     assert head["with"]["fetch-depth"] == 0
@@ -448,6 +468,107 @@ def test_a_skipped_benchmark_never_reports_under_the_required_check_name() -> No
     assert name("true") == "verify and check (GPU)"
     assert name("false") != name("true")
     assert name("") != name("true")
+
+
+WORKFLOW_READ_ONLY = {"contents": "read", "issues": "read", "pull-requests": "read"}
+APPROVAL_COMMAND = re.compile(
+    r'^python3 -m perfguard\.github approval --repo "\$GITHUB_REPOSITORY" (--pr "\$PR"|--sha "\$GITHUB_SHA") '
+    r'--label "\$\{ACCEPT_LABEL\}"$'
+)
+
+
+def _approval_step(job: dict[str, Any]) -> dict[str, Any]:
+    (step,) = [s for s in job["steps"] if "perfguard.github approval" in s.get("run", "")]
+    return step
+
+
+def test_the_acceptance_approval_runs_no_pr_code_and_reaches_the_check_as_a_login() -> None:
+    """Issue 16: who approved the PR's Perfguard-Accept trailers is asked by a job without PR code and
+    with a read-only token; only its output (a login from GitHub's API) reaches the job that runs PR
+    code, as PERFGUARD_ACCEPT_APPROVED_BY; on a push (synchronize, reopened) nothing is approved."""
+    workflow = load_workflow(WORKFLOWS / "perfguard-pr.yml")
+    approval, bench = workflow["jobs"]["approval"], workflow["jobs"]["benchmark"]
+    assert approval["runs-on"] == "ubuntu-latest" and not _runs_pr_code(approval)
+    assert approval["permissions"] == WORKFLOW_READ_ONLY
+    assert _needs(approval) == ["gate"] and approval["if"] == "needs.gate.outputs.run == 'true'"
+    (checkout,) = _checkouts(approval)
+    assert checkout["with"] == {
+        "ref": "${{ github.sha }}",
+        "persist-credentials": False,
+        "sparse-checkout": "perfguard",
+    }
+    step = _approval_step(approval)
+    assert step["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
+    assert step["env"]["PR"] == "${{ github.event.pull_request.number }}"  # from GitHub, not from the PR
+    commands = [ln.strip() for ln in logical_lines(step["run"]) if "perfguard.github" in ln]
+    assert len(commands) == 1 and APPROVAL_COMMAND.match(commands[0]) and "--pr" in commands[0]
+    assert approval["outputs"] == {"approved_by": "${{ steps.approval.outputs.approved_by }}"}
+    assert bench["env"]["PERFGUARD_ACCEPT_APPROVED_BY"] == "${{ needs.approval.outputs.approved_by }}"
+    # The only token of the run besides the comment job's: never in the job that runs PR code.
+    tokens = [
+        (job_id, step.get("name"))
+        for job_id, job in workflow["jobs"].items()
+        for step in job.get("steps", [])
+        if "github.token" in json.dumps(step)
+    ]
+    assert sorted(tokens) == [
+        ("approval", "Who applied the acceptance label"),
+        ("comment", "Create or update the perfguard comment"),
+        ("comment", "Download the report artifact"),
+    ]
+    # A push's own event approves nothing: perfguard-fork-approval.yml is removing the label.
+    assert re.search(r'"\$\{ACTION\}" == "synchronize" \|\| "\$\{ACTION\}" == "reopened"', step["run"])
+
+
+def test_the_acceptance_label_reruns_the_gate_and_is_removed_on_every_push() -> None:
+    pr = load_workflow(WORKFLOWS / "perfguard-pr.yml")
+    assert "labeled" in pr["on"]["pull_request_target"]["types"]
+    gate = pr["jobs"]["gate"]["steps"][0]
+    assert gate["env"]["ACCEPT_LABEL"] == "${{ vars.PERFGUARD_ACCEPT_LABEL || 'perfguard-accept' }}"
+    revoke_workflow = load_workflow(WORKFLOWS / "perfguard-fork-approval.yml")
+    assert set(revoke_workflow["on"]["pull_request_target"]["types"]) == {"synchronize", "reopened"}
+    revoke = revoke_workflow["jobs"]["revoke"]
+    assert "if" not in revoke, "the acceptance label is removed from every PR, not only forks"
+    (step,) = revoke["steps"]
+    assert step["env"]["ACCEPT_LABEL"] == gate["env"]["ACCEPT_LABEL"]
+    assert 'remove "${ACCEPT_LABEL}"' in step["run"] and "exit 1" in step["run"]
+
+
+def test_the_baseline_workflow_flags_the_steps_after_recording() -> None:
+    """After `perfguard run`: the merged PR's approval, `perfguard changes` as a recorded step (so the
+    job summary explains a failure), then its job summary and annotations whatever happened."""
+    main = load_workflow(WORKFLOWS / "perfguard-main.yml")
+    approval, record = main["jobs"]["approval"], main["jobs"]["record"]
+    assert approval["runs-on"] == "ubuntu-latest" and approval["permissions"] == WORKFLOW_READ_ONLY
+    (checkout,) = _checkouts(approval)
+    assert checkout["with"] == {"persist-credentials": False, "sparse-checkout": "perfguard"}
+    commands = [
+        ln.strip() for ln in logical_lines(_approval_step(approval)["run"]) if "perfguard.github" in ln
+    ]
+    assert len(commands) == 1 and APPROVAL_COMMAND.match(commands[0]) and "--sha" in commands[0]
+    # The baseline is recorded whatever the approval job did.
+    assert _needs(record) == ["approval"] and record["if"] == "${{ !cancelled() }}"
+    assert record["env"]["APPROVED_BY"] == "${{ needs.approval.outputs.approved_by }}"
+    names = [s.get("name", "") for s in record["steps"]]
+    order = ["perfguard run", "perfguard changes", "Publish the read-only baseline snapshot for PR runners",
+             "perfguard report", "Steps on the baseline branch (job summary, annotations)"]  # fmt: skip
+    assert [names.index(n) for n in order] == sorted(names.index(n) for n in order)
+    changes = record["steps"][names.index("perfguard changes")]
+    assert changes["if"] == "${{ !cancelled() && steps.run.outcome == 'success' }}"
+    line = " ".join(logical_lines(changes["run"])[0].split())
+    step = '"${PERFGUARD_PY}" -m perfguard.github step --name changes --log-dir "${PERFGUARD_REPORT_DIR}" --'
+    assert line.startswith(f'{step} perfguard changes --commit "${{GITHUB_SHA}}"')
+    options = (
+        '--json "${PERFGUARD_REPORT_DIR}/changes.json"',
+        '--markdown "${PERFGUARD_REPORT_DIR}/changes.md"',
+        '${APPROVED_BY:+--accept-approved-by "${APPROVED_BY}"}',
+    )
+    for option in options:
+        assert option in line, option
+    assert "--exit-code" not in line  # a flag warns; it never fails the recording of a baseline
+    summary = record["steps"][names.index("Steps on the baseline branch (job summary, annotations)")]
+    assert summary["if"] == "${{ always() && env.PERFGUARD_REPORT_DIR != '' }}"
+    assert 'perfguard.github changes --report-dir "${PERFGUARD_REPORT_DIR}"' in summary["run"]
 
 
 def test_every_gpu_job_is_serialised_and_never_cancels_a_baseline() -> None:
@@ -546,7 +667,11 @@ def command_lines(variables: dict[str, str]) -> list[tuple[str, str, dict[str, s
         },
         "vars": variables,
         "secrets": {},
-        "needs": {"gate": {"outputs": {"run": "true", "sha": SHA}}, "benchmark": {"result": "failure"}},
+        "needs": {
+            "gate": {"outputs": {"run": "true", "sha": SHA}},
+            "approval": {"outputs": {"approved_by": "maintainer"}},
+            "benchmark": {"result": "failure"},
+        },
         "runner": {"temp": REPRESENTATIVE_ENV["RUNNER_TEMP"], "tool_cache": "/runner/_tool"},
         "steps": {},
         "env": {},
@@ -678,8 +803,8 @@ def test_every_perfguard_command_line_parses(variables: dict[str, str], tmp_path
                 used.add(validate_perfguard(without(wrapped[1:], missing)))
                 if variables.get("PERFGUARD_BENCH") and wrapped[1] in ("check", "run"):
                     assert wrapped[wrapped.index("--bench") + 1] == "Forward", where
-    assert {"verify", "check", "run", "report", "db snapshot"} <= used
-    assert {"step", "summary", "comment"} <= helpers
+    assert {"verify", "check", "run", "changes", "report", "db snapshot"} <= used
+    assert {"step", "summary", "comment", "approval", "changes"} <= helpers
     if missing:
         pytest.skip(
             f"perfguard check has no {', '.join(missing)} on this branch yet (issue 13: the lead's check "

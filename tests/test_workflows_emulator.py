@@ -446,6 +446,7 @@ class Runner:
     handlers: dict[str, UsesHandler] = field(default_factory=dict)
     base_env: dict[str, str] = field(default_factory=dict)
     run_id: str = "4242"
+    api_url: str = "https://api.github.com"  # a test points it at a local stand-in for GitHub's API
 
     def github_context(self) -> dict[str, Any]:
         return {
@@ -459,7 +460,7 @@ class Runner:
             "base_ref": self.base_ref,
             "head_ref": self.head_ref,
             "server_url": "https://github.com",
-            "api_url": "https://api.github.com",
+            "api_url": self.api_url,
             "run_id": self.run_id,
             "run_attempt": "1",
             "token": "***",
@@ -555,7 +556,7 @@ class Runner:
                 "GITHUB_EVENT_PATH": str(event_path),
                 "GITHUB_RUN_ID": self.run_id,
                 "GITHUB_SERVER_URL": "https://github.com",
-                "GITHUB_API_URL": "https://api.github.com",
+                "GITHUB_API_URL": self.api_url,
                 "RUNNER_TEMP": str(temp),
                 "RUNNER_TOOL_CACHE": str(tool_cache),
                 "RUNNER_OS": "Linux",

@@ -25,22 +25,31 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 from test_workflows_emulator import (
     ROOT,
     WORKFLOWS,
+    Evaluator,
     JobResult,
     Runner,
     copy_tree_handler,
+    evaluate_value,
     load_workflow,
     needs_context,
+    to_string,
 )
 
 from perfguard.github import MARKER
 from perfguard.store import Store
+from tests.helpers.project import planted
 
 REPO = "octo/perfguard"
 PR_NUMBER = 12
@@ -48,6 +57,13 @@ PR_NUMBER = 12
 # "name(param reprs)"): the forward time at the quick profile's shortest length (512); the temporary
 # project has only `dilated`. One combination = one asv process per round.
 BENCH_REGEX = r"\.Forward\.track_time\('dilated', 512, "
+
+# The work metrics of `dilated`'s forward at 512 tokens: exact counts, so a doubled pass reads 2.000
+# on a busy CPU (the accepted-regression and the baseline-step tests decide on them).
+WORK_REGEX = r"\.Work\.track_forward_(flops|ops|allocated)\('dilated', 512, "
+OPS_REGEX = r"\.Work\.track_forward_ops\('dilated', 512, "
+ACCEPT_REASON = "the exact reference pass runs twice, on purpose"
+TRAILER = f'Perfguard-Accept: dilated Work.* <=2.1 "{ACCEPT_REASON}"'
 
 # The temporary project keeps one implementation, so that verify and check on this 2-core machine
 # take seconds, not minutes (the full registry's CPU verification alone takes minutes here).
@@ -199,9 +215,31 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     git(src, "commit", "-qam", "make dilated wrong")
     wrong = git(src, "rev-parse", "HEAD")
 
+    # a PR that doubles dilated's work on purpose and says so in a Perfguard-Accept trailer
+    git(src, "checkout", "-q", "-b", "accept", "main")
+    with (src / "attention" / "registry.py").open("a") as fh:
+        fh.write(planted(2))
+    git(src, "commit", "-qam", f"dilated: the exact reference pass\n\n{TRAILER}\n")
+    accept = git(src, "rev-parse", "HEAD")
+
+    # the next commit of main: the same doubling, pushed without any check (a step on main)
+    git(src, "checkout", "-q", "-b", "next", "main")
+    with (src / "attention" / "registry.py").open("a") as fh:
+        fh.write(planted(2, "main"))
+    git(src, "commit", "-qam", "dilated: a second pass (pushed to main without a check)")
+    following = git(src, "rev-parse", "HEAD")
+
     bare = top / "origin.git"
     git(top, "clone", "-q", "--bare", str(src), str(bare))
-    return {"url": str(bare), "base": base, "clean": clean, "slow": slow, "wrong": wrong}
+    return {
+        "url": str(bare),
+        "base": base,
+        "clean": clean,
+        "slow": slow,
+        "wrong": wrong,
+        "accept": accept,
+        "next": following,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -223,6 +261,7 @@ def pr_event(
     base_ref: str = "main",
     sender: str = "maintainer",
     author: str = "contributor",
+    labels: list[str] | None = None,
 ) -> dict[str, Any]:
     event: dict[str, Any] = {
         "action": action,
@@ -238,7 +277,7 @@ def pr_event(
                 "repo": {"full_name": head_repo} if head_repo else None,
             },
             "base": {"ref": base_ref, "repo": {"full_name": REPO}},
-            "labels": [{"name": label}] if label else [],
+            "labels": [{"name": n} for n in (labels if labels is not None else [label] if label else [])],
         },
         "repository": {"full_name": REPO, "default_branch": "main"},
     }
@@ -316,6 +355,44 @@ FORK = "mallory/perfguard"
             True,
             id="deleted fork approved",
         ),
+        # issue 16: the acceptance label checks the same head again, its trailers approved
+        pytest.param(
+            pr_event(SHA, action="labeled", label="perfguard-accept"), True, id="same-repo acceptance label"
+        ),
+        pytest.param(
+            pr_event(SHA, action="labeled", label="perfguard-accept", draft=True),
+            False,
+            id="same-repo draft acceptance label",
+        ),
+        pytest.param(
+            pr_event(
+                SHA,
+                action="labeled",
+                head_repo=FORK,
+                label="perfguard-accept",
+                labels=["safe-to-bench", "perfguard-accept"],
+            ),
+            True,
+            id="fork acceptance label while approved for the GPU",
+        ),
+        pytest.param(
+            pr_event(SHA, action="labeled", head_repo=FORK, label="perfguard-accept"),
+            False,
+            id="fork acceptance label without the GPU approval",
+        ),
+        pytest.param(
+            pr_event(
+                SHA,
+                action="labeled",
+                head_repo=FORK,
+                label="perfguard-accept",
+                labels=["safe-to-bench", "perfguard-accept"],
+                sender="mallory",
+                author="mallory",
+            ),
+            False,
+            id="fork acceptance label by its own author",
+        ),
     ],
 )
 def test_gate_decides_per_event(event: dict[str, Any], runs: bool, tmp_path: Path) -> None:
@@ -355,10 +432,16 @@ def fake_gh(tmp: Path) -> tuple[Path, Path, Path]:
 
 @pytest.mark.parametrize(
     ("head_repo", "labels", "deleted"),
-    [(FORK, ["safe-to-bench", "docs"], True), (FORK, ["docs"], False), (REPO, ["safe-to-bench"], None)],
+    [
+        (FORK, ["safe-to-bench", "docs"], ["safe-to-bench"]),
+        (FORK, ["docs"], []),
+        (REPO, ["safe-to-bench"], []),  # same-repository PRs need no GPU approval: not touched
+        (REPO, ["perfguard-accept", "docs"], ["perfguard-accept"]),  # issue 16: from every PR
+        (FORK, ["safe-to-bench", "perfguard-accept"], ["safe-to-bench", "perfguard-accept"]),
+    ],
 )
-def test_fork_push_revokes_the_approval_label(
-    head_repo: str, labels: list[str], deleted: bool | None, tmp_path: Path
+def test_a_push_revokes_the_approval_labels(
+    head_repo: str, labels: list[str], deleted: list[str], tmp_path: Path
 ) -> None:
     bindir, _, log = fake_gh(tmp_path)
     event = pr_event(SHA, head_repo=head_repo)
@@ -371,26 +454,172 @@ def test_fork_push_revokes_the_approval_label(
         base_env={"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "FAKE_GH_LOG": str(log)},
     )
     result = runner.run_job(load_workflow(WORKFLOWS / "perfguard-fork-approval.yml"), "revoke")
-    if deleted is None:
-        assert result.outcome == "skipped"  # same-repository PRs need no approval
-        return
     assert result.outcome == "success", result.log
-    calls = log.read_text()
-    if deleted:
-        assert f"api --method DELETE repos/{REPO}/issues/{PR_NUMBER}/labels/safe-to-bench" in calls
-    else:
-        assert calls == ""
+    calls = log.read_text().splitlines()
+    assert calls == [f"api --method DELETE repos/{REPO}/issues/{PR_NUMBER}/labels/{name}" for name in deleted]
+
+
+# --------------------------------------------------------------------------------------------------
+# The acceptance approval: who applied the perfguard-accept label, asked of a stand-in for GitHub's API
+
+
+@dataclass
+class FakeAPI:
+    """The three REST calls ``perfguard.github approval`` makes, and every request it received."""
+
+    url: str = ""
+    events: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    permissions: dict[str, str] = field(default_factory=dict)
+    pulls: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    calls: list[tuple[str, str | None]] = field(default_factory=list)  # (path, Authorization)
+    broken: bool = False
+
+    def label(self, number: int, login: str, name: str = "perfguard-accept", action: str = "labeled") -> None:
+        self.events.setdefault(number, []).append(
+            {"event": action, "actor": {"login": login}, "label": {"name": name}}
+        )
+
+
+@pytest.fixture
+def fake_api() -> Iterator[FakeAPI]:
+    state = FakeAPI()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            url = urlparse(self.path)
+            state.calls.append((url.path, self.headers.get("Authorization")))
+            parts = url.path.strip("/").split("/")
+            if state.broken:
+                return self.reply(502, {"message": "Bad Gateway"})
+            if parts[:3] == ["repos", *REPO.split("/")] and len(parts) == 6:
+                if parts[3] == "issues" and parts[5] == "events":
+                    page = int(dict(q.split("=") for q in url.query.split("&")).get("page", "1"))
+                    return self.reply(200, state.events.get(int(parts[4]), [])[(page - 1) * 100 : page * 100])
+                if parts[3] == "collaborators" and parts[5] == "permission":
+                    permission = state.permissions.get(parts[4], "read")
+                    return self.reply(200, {"permission": permission, "role_name": permission})
+                if parts[3] == "commits" and parts[5] == "pulls":
+                    return self.reply(200, state.pulls.get(parts[4], []))
+            return self.reply(404, {"message": "Not Found"})
+
+        def reply(self, status: int, body: Any) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def run_approval(
+    tmp: Path, origin: dict[str, Any], event: dict[str, Any], gate: JobResult, api: FakeAPI | None
+) -> JobResult:
+    """The PR workflow's approval job: the base branch checked out, the API at ``api`` (if any)."""
+    runner = make_runner(
+        tmp / "approval",
+        event,
+        sha=origin["base"],
+        base_env={"PATH": os.environ["PATH"]},
+        **({"api_url": api.url} if api else {}),
+    )
+    runner.workspace.parent.mkdir(parents=True, exist_ok=True)
+    runner.handlers = {"actions/checkout": checkout_handler(origin["url"], runner.workspace)}
+    return runner.run_job(load_workflow(WORKFLOWS / "perfguard-pr.yml"), "approval", needs_context(gate))
+
+
+@pytest.mark.parametrize(
+    ("event", "applier", "permission", "approved"),
+    [
+        pytest.param(
+            pr_event(SHA, action="labeled", label="perfguard-accept"), "maint", "write", "maint", id="writer"
+        ),
+        pytest.param(
+            pr_event(SHA, action="labeled", label="perfguard-accept"), "maint", "admin", "maint", id="admin"
+        ),
+        pytest.param(
+            pr_event(SHA, action="labeled", label="perfguard-accept"), "helper", "triage", "", id="triager"
+        ),
+        pytest.param(pr_event(SHA, action="opened"), None, "write", "", id="no label"),
+        pytest.param(
+            pr_event(SHA, action="synchronize", labels=["perfguard-accept"]),
+            "maint",
+            "write",
+            "",
+            id="push while the label is being removed",
+        ),
+    ],
+)
+def test_the_approval_job_names_the_maintainer_who_applied_the_label(
+    event: dict[str, Any],
+    applier: str | None,
+    permission: str,
+    approved: str,
+    tmp_path: Path,
+    origin: dict[str, Any],
+    fake_api: FakeAPI,
+) -> None:
+    if applier:
+        fake_api.label(PR_NUMBER, applier)
+        fake_api.permissions[applier] = permission
+    gate = run_gate(tmp_path / "gate", event)
+    assert gate.outputs["run"] == "true", gate.log
+    job = run_approval(tmp_path, origin, event, gate, fake_api)
+    assert job.outcome == "success", job.log
+    assert job.outputs == {"approved_by": approved}
+    if event["action"] == "synchronize":
+        assert fake_api.calls == []  # new commits: the label is being removed, nothing is asked
+        return
+    assert (f"/repos/{REPO}/issues/{PR_NUMBER}/events", "Bearer ***") in fake_api.calls  # github.token
+    # The benchmark job would see exactly that login.
+    bench = load_workflow(WORKFLOWS / "perfguard-pr.yml")["jobs"]["benchmark"]
+    contexts = {"needs": needs_context(gate, job), "github": {}, "vars": {}}
+    env = to_string(evaluate_value(bench["env"]["PERFGUARD_ACCEPT_APPROVED_BY"], Evaluator(contexts)))
+    assert env == approved
+
+
+def test_an_api_failure_approves_nothing_and_the_check_still_runs(
+    tmp_path: Path, origin: dict[str, Any], fake_api: FakeAPI
+) -> None:
+    fake_api.broken = True
+    event = pr_event(SHA, action="labeled", label="perfguard-accept")
+    gate = run_gate(tmp_path / "gate", event)
+    job = run_approval(tmp_path, origin, event, gate, fake_api)
+    assert job.outcome == "success" and job.outputs == {"approved_by": ""}
+    assert "::warning title=perfguard approval::" in job.step("Who applied the acceptance label").output
+    failed = JobResult("approval", "failure", outputs={})
+    benchmark = load_workflow(WORKFLOWS / "perfguard-pr.yml")["jobs"]["benchmark"]
+    its_condition = {"jobs": {"benchmark": {**benchmark, "steps": [{"run": "echo checked"}]}}}
+    for needs in (needs_context(gate, job), needs_context(gate, failed)):
+        runner = make_runner(tmp_path / "b", event, base_env={"PATH": os.environ["PATH"]})
+        bench = runner.run_job(its_condition, "benchmark", needs)
+        assert bench.outcome == "success"  # no approval is no acceptance, never no check
 
 
 # --------------------------------------------------------------------------------------------------
 # The benchmark job and the comment job, end to end
 
 
-def checkout_handler(origin_url: str, workspace: Path, *, pr_head: str | None = None) -> Any:
+def checkout_handler(
+    origin_url: str, workspace: Path, *, pr_head: str | None = None, at: str | None = None
+) -> Any:
     """actions/checkout: a clone of origin (all branches as origin/*) in ``path``, detached at ``ref``.
 
     ``pr_head``: the PR's head commit; checking it out needs full history (the merge-base) and,
-    under pull_request_target, checkout v7's explicit opt-in, as on GitHub.
+    under pull_request_target, checkout v7's explicit opt-in, as on GitHub.  ``at``: the event's
+    commit (``github.sha``), what a checkout without ``ref`` gets (default: origin's main).
     """
 
     def handle(inputs: dict[str, Any], env: dict[str, str]) -> None:
@@ -399,7 +628,7 @@ def checkout_handler(origin_url: str, workspace: Path, *, pr_head: str | None = 
         assert not target.exists() or not any(target.iterdir()), f"{target} is not empty"
         target.parent.mkdir(parents=True, exist_ok=True)
         git(target.parent, "clone", "-q", "--no-checkout", origin_url, str(target))
-        ref = str(inputs.get("ref") or "main")
+        ref = str(inputs.get("ref") or at or "main")
         if ref == pr_head:
             if inputs.get("fetch-depth", 1) != 0:
                 raise AssertionError("the benchmark needs full history (fetch-depth: 0)")
@@ -427,12 +656,17 @@ def run_pr_workflow(
     *,
     base_ref: str = "main",
     bench: str = BENCH_REGEX,
+    event: dict[str, Any] | None = None,
+    api: FakeAPI | None = None,
 ) -> dict[str, Any]:
-    """Gate, the benchmark job on the 'GPU runner' of the PR pool, then the comment job (dry run)."""
+    """Gate, the acceptance approval, the benchmark job on the 'GPU runner' of the PR pool, then the
+    comment job (dry run).  ``event``: a push of ``head`` unless given; ``api``: GitHub's API."""
     workflow = load_workflow(WORKFLOWS / "perfguard-pr.yml")
-    event = pr_event(head, base_ref=base_ref)
+    event = event or pr_event(head, base_ref=base_ref)
     gate = run_gate(tmp / "gate", event)
     assert gate.outputs["run"] == "true", gate.log
+    approval = run_approval(tmp, origin, event, gate, api)
+    assert approval.outcome == "success", approval.log
 
     artifacts = tmp / "artifacts"
     runner = make_runner(
@@ -459,7 +693,7 @@ def run_pr_workflow(
     }
     prepared_before = _listing(prepared_python.parent.parent)
     store_before = _store_state(store)
-    bench_job = runner.run_job(workflow, "benchmark", needs_context(gate))
+    bench_job = runner.run_job(workflow, "benchmark", needs_context(gate, approval))
 
     # The comment job of the same run: a GitHub-hosted machine, the base branch, the artifact as data.
     bindir, served, gh_log = fake_gh(tmp / "comment")
@@ -482,6 +716,7 @@ def run_pr_workflow(
     plan = json.loads(plan_path.read_text()) if plan_path.exists() else None
     return {
         "job": bench_job,
+        "approval": approval,
         "artifact": artifacts / "perfguard-report",
         "comment_job": comment_job,
         "plan": plan,
@@ -631,66 +866,178 @@ def test_regressing_head_fails_the_job_with_the_report_published(
     assert_isolated(run)
 
 
+@pytest.mark.slow
+def test_an_intended_regression_fails_until_a_maintainer_applies_the_acceptance_label(
+    tmp_path: Path, origin: dict[str, Any], prepared_python: Path, fake_api: FakeAPI
+) -> None:
+    """Issue 16 through the workflow: a PR doubles dilated's work and says so in a trailer. Pushed,
+    it fails (nobody approved the trailer, and the report tells the author so); once a maintainer
+    adds ``perfguard-accept``, the same head runs again and passes with the items accepted, by whom,
+    why and up to what, in the job summary and the PR comment."""
+    store = tmp_path / "runner-store"  # a runner with no baselines: the merge-base is measured too
+    store.mkdir()
+    Store.open(f"sqlite:///{store / 'history.db'}").close()
+    fake_api.permissions["maint"] = "write"
+
+    pushed = run_pr_workflow(
+        tmp_path / "push", origin, origin["accept"], prepared_python, store, bench=WORK_REGEX
+    )
+    job: JobResult = pushed["job"]
+    _skip_until_built(job)
+    assert pushed["approval"].outputs == {"approved_by": ""} and fake_api.calls == []
+    assert job.step("perfguard check").returncode == 1, job.step("perfguard check").output
+    report = (pushed["artifact"] / "report.md").read_text()
+    assert report.splitlines()[1].startswith("### ❌ perfguard: 3 regressions (gated)")
+    assert "⚠️ **1 acceptance ignored**" in report and "not approved by a maintainer" in report
+    assert_isolated(pushed)
+
+    fake_api.label(PR_NUMBER, "maint")
+    labeled = pr_event(origin["accept"], action="labeled", label="perfguard-accept", sender="maint")
+    approved = run_pr_workflow(
+        tmp_path / "label", origin, origin["accept"], prepared_python, store, bench=WORK_REGEX,
+        event=labeled, api=fake_api,
+    )  # fmt: skip
+    job = approved["job"]
+    assert approved["approval"].outputs == {"approved_by": "maint"}, approved["approval"].log
+    assert job.outcome == "success", job.log
+    assert annotations(job) == []
+    report = (approved["artifact"] / "report.md").read_text()
+    headline = report.splitlines()[1]
+    assert headline.startswith("### ✅ perfguard: 3 accepted · 0 regressions (gated)"), headline
+    assert f"`dilated Work.*` up to **×2.1**: “{ACCEPT_REASON}”" in report
+    assert f"approved by maint · Perfguard-Accept trailer in {origin['accept'][:10]}" in report
+    document = json.loads((approved["artifact"] / "report.json").read_text())
+    [acceptance] = document["summary"]["acceptances"]["applied"]
+    assert acceptance["approved_by"] == "maint" and len(acceptance["accepted"]) == 3
+    assert {i["ratio"] for i in document["items"] if i["verdict"] == "accepted"} == {2.0}
+    assert headline in job.summary
+    assert approved["plan"] is not None and "approved by maint" in approved["plan"]["body"]
+    assert_isolated(approved)
+
+
 # --------------------------------------------------------------------------------------------------
 # The baseline workflow: record on the GPU runner, render the site, hand it to the Pages deploy
 
 
-@pytest.mark.slow
-def test_baseline_workflow_records_renders_and_deploys(
-    tmp_path: Path, origin: dict[str, Any], prepared_python: Path, runner_store: Path
-) -> None:
+def record_baseline(
+    tmp: Path, origin: dict[str, Any], sha: str, prepared_python: Path, store: Path, api: FakeAPI
+) -> dict[str, Any]:
+    """The baseline workflow for a push of ``sha`` to main: approval, record (GPU runner), deploy."""
     workflow = load_workflow(WORKFLOWS / "perfguard-main.yml")
-    pages = tmp_path / "pages"
-    store = runner_store
+    pages = tmp / "pages"
     event = {"repository": {"full_name": REPO, "default_branch": "main"}, "ref": "refs/heads/main"}
+    approver = make_runner(
+        tmp / "approval", event, event_name="push", sha=sha, ref="refs/heads/main",
+        base_env={"PATH": os.environ["PATH"]}, api_url=api.url,
+    )  # fmt: skip
+    approver.workspace.parent.mkdir(parents=True, exist_ok=True)
+    approver.handlers = {"actions/checkout": checkout_handler(origin["url"], approver.workspace, at=sha)}
+    approval = approver.run_job(workflow, "approval")
     runner = make_runner(
-        tmp_path / "gpu",
+        tmp / "gpu",
         event,
         event_name="push",
-        sha=origin["base"],
+        sha=sha,
         ref="refs/heads/main",
         vars={
             "PERFGUARD_PYTHON": str(prepared_python),
             "PERFGUARD_PROFILE": "quick",
-            "PERFGUARD_BENCH": BENCH_REGEX,
+            "PERFGUARD_BENCH": OPS_REGEX,
         },
         base_env={
             "PATH": os.environ["PATH"],
-            "HOME": os.environ.get("HOME", str(tmp_path)),
+            "HOME": os.environ.get("HOME", str(tmp)),
             "PERFGUARD_DB": f"sqlite:///{store}/history.db",
             # where PR runners read the baselines from (docs/ci.md, "Runner pools")
-            "PERFGUARD_BASELINE_SNAPSHOT": str(tmp_path / "published" / "baseline.db"),
+            "PERFGUARD_BASELINE_SNAPSHOT": str(tmp / "published" / "baseline.db"),
         },
     )
-    (tmp_path / "published").mkdir()
-    prepared_before = _listing(prepared_python.parent.parent)
+    (tmp / "published").mkdir(parents=True)
     runner.workspace.parent.mkdir(parents=True, exist_ok=True)
     runner.handlers = {
-        "actions/checkout": checkout_handler(origin["url"], runner.workspace),
+        "actions/checkout": checkout_handler(origin["url"], runner.workspace, at=sha),
         "actions/upload-pages-artifact": copy_tree_handler(pages),
-        "actions/upload-artifact": copy_tree_handler(tmp_path / "artifacts"),
+        "actions/upload-artifact": copy_tree_handler(tmp / "artifacts"),
     }
-    record = runner.run_job(workflow, "record")
-    assert record.step("Install perfguard into the job's virtualenv").outcome == "success", record.log
+    record = runner.run_job(workflow, "record", needs_context(approval))
     deployed: list[dict[str, Any]] = []
-    deployer = make_runner(tmp_path / "pages-runner", event, event_name="push", sha=origin["base"])
+    deployer = make_runner(tmp / "pages-runner", event, event_name="push", sha=sha)
     deployer.handlers = {"actions/deploy-pages": lambda inputs, env: deployed.append(inputs)}
     deploy = deployer.run_job(workflow, "deploy", needs_context(record))
+    return {
+        "approval": approval,
+        "record": record,
+        "deploy": deploy,
+        "deployed": deployed,
+        "site": pages / "github-pages",
+        "snapshot": tmp / "published" / "baseline.db",
+        "runner": runner,
+    }
 
+
+def warnings(job: JobResult) -> list[str]:
+    return [line for step in job.steps for line in step.output.splitlines() if line.startswith("::warning")]
+
+
+@pytest.mark.slow
+def test_baseline_workflow_records_renders_and_deploys(
+    tmp_path: Path, origin: dict[str, Any], prepared_python: Path, runner_store: Path, fake_api: FakeAPI
+) -> None:
+    """Two pushes to main: the base commit, then one that doubles dilated's work without any check.
+    The second is flagged by the workflow's `perfguard changes` step (annotation, job summary) and on
+    the published site (issue 16)."""
+    prepared_before = _listing(prepared_python.parent.parent)
+    first = record_baseline(
+        tmp_path / "first", origin, origin["base"], prepared_python, runner_store, fake_api
+    )
+    record, deploy = first["record"], first["deploy"]
+    assert first["approval"].outputs == {"approved_by": ""}  # pushed directly: no pull request
+    assert (f"/repos/{REPO}/commits/{origin['base']}/pulls", "Bearer ***") in fake_api.calls
+    assert record.step("Install perfguard into the job's virtualenv").outcome == "success", record.log
     for name in ("perfguard run", "perfguard report"):
         if "is not built yet" in record.step(name).output:
             # Until `run`/`report` land: the failure is explained and nothing is published.
-            assert record.outcome == "failure" and deploy.outcome == "skipped" and deployed == []
+            assert record.outcome == "failure" and deploy.outcome == "skipped" and first["deployed"] == []
             assert record.summary.startswith(MARKER) and "is not built yet" in record.summary
             pytest.skip(f"{name} is not built on this branch yet")
     assert record.outcome == "success", record.log
-    assert (pages / "github-pages" / "index.html").stat().st_size > 0
-    assert deploy.outcome == "success" and deployed == [{}]
+    assert (first["site"] / "index.html").stat().st_size > 0
+    assert deploy.outcome == "success" and first["deployed"] == [{}]
+    # The first recorded commit: nothing to compare it with, nothing flagged.
+    assert "is the first commit recorded" in record.step("perfguard changes").output
+    assert warnings(record) == []
     # The snapshot PR runners read: read-only, with this commit's runs.
-    snapshot = tmp_path / "published" / "baseline.db"
+    snapshot = first["snapshot"]
     assert snapshot.stat().st_mode & 0o777 == 0o444
     with Store.open(f"sqlite:///{snapshot}", read_only=True) as published:
         assert any(m.key for m in published.machines())
         assert published.distinct("impl") == ["dilated"]
     assert _listing(prepared_python.parent.parent) == prepared_before  # nothing installed into it
-    assert not list(runner.home.glob("_temp-record-*/perfguard-venv"))  # removed by the last step
+    assert not list(first["runner"].home.glob("_temp-record-*/perfguard-venv"))  # removed by the last step
+
+    # The next push doubles dilated's forward; no check ran on it.
+    second = record_baseline(
+        tmp_path / "second", origin, origin["next"], prepared_python, runner_store, fake_api
+    )
+    record = second["record"]
+    assert record.outcome == "success", record.log  # a flag warns, it does not fail the recording
+    changes = record.step("perfguard changes")
+    assert changes.returncode == 0, changes.output
+    report = json.loads(
+        (tmp_path / "second" / "artifacts" / "perfguard-baseline-logs" / "changes.json").read_text()
+    )
+    [step] = report["steps"]
+    assert step["flagged"] and step["impl"] == "dilated" and step["ratio"] == 2.0
+    assert report["previous"] == origin["base"]
+    [warning] = warnings(record)
+    # (the title escaped as workflow commands need it: ":" is %3A)
+    assert (
+        f"title=perfguard%3A dilated Work.track_forward_ops 2.00x worse at {origin['next'][:10]}" in warning
+    )
+    assert f"### perfguard: 1 unaccepted step(s) at `{origin['next'][:10]}`" in record.summary
+    # ... and on the published site, first thing on the index, and on the chart at that commit.
+    index = (second["site"] / "index.html").read_text()
+    assert 'id="unaccepted-steps"' in index and f'data-sha="{origin["next"]}"' in index
+    pages = [p.read_text() for p in (second["site"] / "bench").glob("work-track-forward-ops-dilated-*.html")]
+    assert len(pages) == 1 and 'class="flag flag-flagged"' in pages[0]
+    assert second["deploy"].outcome == "success"

@@ -38,8 +38,10 @@ report_url=None) -> str``
     ``migrate=False``: nothing is created or migrated.  ``out_dir`` must be new, empty, or a
     previous perfguard site.
 
-Verdict strings are those of ``perfguard.compare.Verdict``: regression, improvement, unchanged,
-unstable, new, missing, broken, failed, skipped.
+Verdict strings are those of ``perfguard.compare.Verdict``: regression, accepted, improvement,
+unchanged, unstable, new, missing, broken, failed, skipped.  ``accepted`` (a regression within a
+trusted acceptance's scope and ceiling) is counted in the headline, never as failing, and the
+check's ``summary["acceptances"]`` is shown with it (:mod:`perfguard.report.acceptances`).
 """
 
 from __future__ import annotations

@@ -158,6 +158,20 @@ class Marker:
 
 
 @dataclass
+class Flag:
+    """A step of the baseline branch or an acceptance at one commit: a line across the plot, a pennant.
+
+    ``kind``: ``flagged`` (a step no acceptance covers), ``accepted`` (a step an acceptance covers)
+    or ``acceptance`` (an acceptance recorded at that commit); ``label`` is its read-out.
+    """
+
+    index: int  # position in the series' points
+    x: float
+    kind: str
+    label: str
+
+
+@dataclass
 class LineChart:
     """A series over commits: points, line, confidence band, verdict markers, axes."""
 
@@ -172,6 +186,7 @@ class LineChart:
     y_ticks: list[Tick]
     x_ticks: list[Tick]
     markers: list[Marker] = field(default_factory=list)
+    flags: list[Flag] = field(default_factory=list)  # steps and acceptances (site_steps)
     failures: list[Tick] = field(default_factory=list)  # x of commits whose result failed
     suffix: str = ""
     dense: bool = False  # many points: smaller dots

@@ -20,10 +20,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from perfguard.report import formatting
+from perfguard.report.acceptances import AcceptanceStory, parse_acceptances
 from perfguard.report.charts import RatioAxis, ratio_axis
 from perfguard.report.environment import Environment, check_environment
 from perfguard.report.grid import ResultGrid, result_grid
 from perfguard.report.items import (
+    ACCEPTED,
     FAILING,
     QUIET,
     ROLES,
@@ -89,6 +92,7 @@ class CheckReport:
     retry: RetryStory | None
     site_url: str | None = None
     report_url: str | None = None
+    acceptances: AcceptanceStory | None = None  # summary["acceptances"], tied to the rows
 
     @property
     def primary(self) -> list[ItemView]:
@@ -143,9 +147,22 @@ class CheckReport:
 
     @property
     def unmatched_underneath(self) -> list[Underneath]:
-        """Underneath entries of no failing case (still worth a line)."""
-        failing = {(i.item.impl, i.item.params_key) for i in self.failing_items}
-        return [u for u in self.underneath if (u.impl, u.params_key) not in failing]
+        """Underneath entries of no failing or accepted case (still worth a line)."""
+        shown = {(i.item.impl, i.item.params_key) for i in self.failing_items}
+        shown |= {(i.item.impl, i.item.params_key) for i in self.accepted_items}
+        return [u for u in self.underneath if (u.impl, u.params_key) not in shown]
+
+    @property
+    def accepted_items(self) -> list[ItemView]:
+        """The gated items an acceptance accepted: counted in the headline, never failing."""
+        return [i for i in self.items if i.role == "gated" and i.verdict == ACCEPTED]
+
+    def underneath_of(self, impl: str, params_key: str) -> list[Underneath]:
+        return [u for u in self.underneath if (u.impl, u.params_key) == (impl, params_key)]
+
+    def ceiling_broken(self, item: ItemView) -> float | None:
+        """The accepted ceiling a failing item is over, if an acceptance covered it."""
+        return self.acceptances.ceiling_broken(item) if self.acceptances is not None else None
 
     @property
     def grid(self) -> ResultGrid:
@@ -173,14 +190,18 @@ class CheckReport:
 
         ``perfguard: 2 regressions (gated) · 2 derived`` or ``perfguard: no regressions (gated) ·
         16 unchanged · 2 unstable``.  Derived items (tokens/s, TFLOP/s) follow their timing and are
-        counted apart; so are items that cannot fail the check.
+        counted apart; so are items that cannot fail the check.  Accepted regressions are gated
+        items that do not fail: ``perfguard: 2 accepted · 0 regressions (gated) · 16 unchanged``.
         """
         gated = self.role_counts.get("gated", {})
         derived = self.role_counts.get("derived", {})
         reported = self.role_counts.get("reported", {})
+        accepted = gated.get(ACCEPTED, 0)
         if self.failing:
             bad = [phrase(v, gated[v]) for v in VERDICT_ORDER if v in FAILING and gated.get(v)]
             text = ", ".join(bad) + " (gated)" if bad else f"check verdict {self.check.verdict}"
+            if accepted:
+                text += f" · {phrase(ACCEPTED, accepted)}"
             follow = sum(n for v, n in derived.items() if v in FAILING)
             if follow:
                 text += f" · {follow} derived"
@@ -188,7 +209,11 @@ class CheckReport:
             if loose:
                 text += f" · {loose} not gated"
             return "perfguard: " + text
-        parts = [phrase(v, gated[v]) for v in VERDICT_ORDER if v not in FAILING and gated.get(v)]
+        parts = [phrase(v, gated[v]) for v in VERDICT_ORDER if v not in FAILING | {ACCEPTED} and gated.get(v)]
+        if accepted:  # "2 accepted · 0 regressions (gated)": counted first, never as failing
+            return f"perfguard: {phrase(ACCEPTED, accepted)} · 0 regressions (gated)" + "".join(
+                f" · {p}" for p in parts
+            )
         return "perfguard: no regressions (gated)" + "".join(f" · {p}" for p in parts)
 
     @property
@@ -200,7 +225,7 @@ class CheckReport:
         """
         gated = self.role_counts.get("gated", {})
         reported = self.role_counts.get("reported", {})
-        own_lines = {"improvement", "unstable"}
+        own_lines = {"improvement", "unstable", ACCEPTED}
         out = []
         if self.failing:
             out += [
@@ -215,6 +240,9 @@ class CheckReport:
         ]
         if self.derived_count:
             out.append(f"{self.derived_count} derived (tokens/s, TFLOP/s: their timing's verdict)")
+        unused = self.acceptances.unused if self.acceptances is not None else []
+        if unused:
+            out.append(f"{formatting.count(len(unused), 'acceptance')} found no regression in its scope")
         return out
 
 
@@ -273,7 +301,7 @@ def build_report(
         x for i in items for x in (i.item.ratio, i.item.ci_low, i.item.ci_high) if x is not None and x > 0
     ]
     head, base = CommitView.of(check.head), CommitView.of(check.base)
-    return CheckReport(
+    report = CheckReport(
         check=check,
         head=head,
         base=base,
@@ -289,6 +317,8 @@ def build_report(
         site_url=site_url,
         report_url=report_url,
     )
+    report.acceptances = parse_acceptances(check.summary, items)
+    return report
 
 
 def repro_commands(check: StoredCheck, items: list[ItemView]) -> list[str]:

@@ -27,6 +27,7 @@ VERDICT_ORDER = (
     "regression",
     "broken",
     "failed",
+    "accepted",
     "improvement",
     "unstable",
     "new",
@@ -37,6 +38,9 @@ VERDICT_ORDER = (
 #: Verdicts that fail a check when the item is gated (``failed`` only where the baseline worked:
 #: compare marks the others not gated).
 FAILING = frozenset({"regression", "broken", "failed"})
+#: A regression within a trusted acceptance's scope and ceiling (perfguard.accept): a gated item
+#: that is counted and shown, never failing.
+ACCEPTED = "accepted"
 #: Verdicts that are news; everything else is "nothing changed".
 QUIET = frozenset({"unchanged", "skipped"})
 #: An item's role: whether it can fail the check, is only reported, or follows another.
@@ -50,6 +54,7 @@ VERDICT_WORDS = {
     "regression": ("regression", "regressions"),
     "broken": ("broken", "broken"),
     "failed": ("failed", "failed"),
+    "accepted": ("accepted", "accepted"),
     "improvement": ("improvement", "improvements"),
     "unstable": ("unstable", "unstable"),
     "new": ("new", "new"),

@@ -10,10 +10,15 @@ in the pages as JSON blocks, no request of any kind, guarded by a Content-Securi
 ``compare.html``            implementations against each other over sequence length, with crossovers
 ``memory.html``             peak memory against sequence length, log-log, with the fitted exponent
 ``ranks.html``              the distributed suite against the number of ranks (GPUs), with the ideal
-``regressions.html``        every marked change, newest first
+``regressions.html``        every marked change, newest first; every step ``perfguard changes`` stored and
+                            every acceptance
 ``data/history.json|.csv``  every point of every series (downloads)
 ``static/``                 the stylesheet and script (from ``perfguard/static``)
 ==========================  ==========================================================================
+
+Steps of the baseline branch (``perfguard changes``: flagged, or accepted) and acceptances are
+drawn on the charts at their commit and listed on the index (the flagged ones) and the changes
+page (:mod:`perfguard.report.site_steps`).
 
 The site is rebuilt from scratch each time; a directory is only overwritten when it holds a
 previous perfguard site (marker file ``.perfguard-site``), so a wrong ``--out`` cannot wipe
@@ -28,7 +33,7 @@ import json
 import shutil
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -36,11 +41,18 @@ from typing import Any
 from perfguard.errors import UsageError
 from perfguard.report import formatting
 from perfguard.report import ranks as ranks_view
-from perfguard.report.charts import PALETTE, LineChart, Marker, line_chart, loglog_chart, sparkline
+from perfguard.report.charts import PALETTE, Flag, LineChart, Marker, line_chart, loglog_chart, sparkline
 from perfguard.report.items import column_order
 from perfguard.report.queries import HISTORY_PURPOSES, open_store, verdict_marks
 from perfguard.report.scaling import Group, groups
 from perfguard.report.series import MachineInfo, Series, assemble, mark_checks, mark_steps, page_slug
+from perfguard.report.site_steps import (
+    StepFlag,
+    acceptances_json,
+    attach_flags,
+    change_points_json,
+    step_rows,
+)
 from perfguard.report.templating import SITE_CSP, STATIC_FILES, environment, static_text
 
 SITE_MARKER = ".perfguard-site"
@@ -68,6 +80,9 @@ class SiteSummary:
     index_bytes: int
     total_bytes: int
     seconds: float
+    change_points: int = 0  # steps perfguard changes stored (flagged or accepted)
+    flagged: int = 0  # of those, the ones no acceptance covers
+    acceptances: int = 0
 
 
 def build_site(
@@ -86,12 +101,15 @@ def build_site(
         stored = store.series(purposes=HISTORY_PURPOSES)
         machines_stored = store.machines()
         vmarks = verdict_marks(store)
+        points = store.change_points()
+        accepted = store.acceptances()
     machines, series = assemble(stored, machines_stored)
     # A series that was only ever skipped (peak GPU memory on a CPU) has nothing to draw.
     series = [s for s in series if s.points or s.failures]
     del stored
     mark_steps(series, threshold=step_threshold, workers=workers)
     mark_checks(series, vmarks)
+    flags = attach_flags(series, points, accepted)
 
     _prepare(out)
     pages: dict[tuple[str, str], list[Series]] = defaultdict(list)
@@ -143,10 +161,15 @@ def build_site(
             "site/benchmark.html",
             page="benchmark",
             first=first,
-            chart_views=[_chart_view(s, k, commit_labels[s.machine.key]) for k, s in enumerate(members)],
+            chart_views=[
+                _chart_view(s, k, commit_labels[s.machine.key], flags.get(id(s), []))
+                for k, s in enumerate(members)
+            ],
             siblings=[(impl, label, slug) for impl, _, label, slug in siblings],
         )
 
+    labels = {m.key: m.label for m in machines_stored}
+    steps = step_rows(points, slugs, labels)
     index_bytes = write(
         "index.html",
         "site/index.html",
@@ -155,6 +178,8 @@ def build_site(
         rows=_index_rows(series, slugs, machines),
         recent=_recent_marks(series, slugs)[:10],
         title=title,
+        flagged=[r for r in steps if r.flagged],
+        n_steps=len(steps),
     )
     write(
         "compare.html",
@@ -209,8 +234,23 @@ def build_site(
             for g in ranks_view.groups(series, colors=colors, slugs=slugs)
         ],
     )
-    write("regressions.html", "site/regressions.html", page="regressions", marks=_recent_marks(series, slugs))
-    _write_data(out, machines, series)
+    write(
+        "regressions.html",
+        "site/regressions.html",
+        page="regressions",
+        marks=_recent_marks(series, slugs),
+        steps=steps,
+        acceptances=sorted(accepted, key=lambda a: (a.created_at, a.id), reverse=True),
+    )
+    _write_data(
+        out,
+        machines,
+        series,
+        extra={
+            "change_points": change_points_json(points),
+            "acceptances": acceptances_json(accepted),
+        },
+    )
     (out / ".nojekyll").write_text("", encoding="utf-8")  # GitHub Pages: serve the files as they are
     (out / SITE_MARKER).write_text(
         "written by perfguard report; safe to delete with the site\n", encoding="utf-8"
@@ -229,6 +269,9 @@ def build_site(
         index_bytes=index_bytes,
         total_bytes=total,
         seconds=time.perf_counter() - started,
+        change_points=len(points),
+        flagged=sum(1 for p in points if p.flagged),
+        acceptances=len(accepted),
     )
 
 
@@ -261,6 +304,7 @@ class ChartView:
     data: dict[str, Any]
     data_id: str
     note: str  # what the page says about changes when nothing is marked
+    flags: list[StepFlag] = field(default_factory=list)  # steps and acceptances at its commits, newest first
 
 
 #: asv's step detection needs this many points before it can place a step.
@@ -309,7 +353,9 @@ def _commit_labels(machine: MachineInfo) -> list[tuple[str, str]]:
     return [(c.short, c.date.strftime(fmt)) for c in machine.commits]
 
 
-def _chart_view(s: Series, k: int, labels: list[tuple[str, str]]) -> ChartView:
+def _chart_view(
+    s: Series, k: int, labels: list[tuple[str, str]], flags: list[StepFlag] | None = None
+) -> ChartView:
     pts = s.points
     chart = line_chart(
         [p.position for p in pts],
@@ -330,6 +376,13 @@ def _chart_view(s: Series, k: int, labels: list[tuple[str, str]]) -> ChartView:
     marks: dict[str, str] = {}
     for m in s.marks:
         marks[str(m.index)] = (marks[str(m.index)] + "; " if str(m.index) in marks else "") + m.summary
+    flags = flags or []
+    for index in sorted({f.index for f in flags}):
+        here = [f for f in flags if f.index == index]  # weakest first: the last kind is drawn
+        label = "\n".join(f.summary for f in here)
+        chart.flags.append(Flag(index, chart.xs[index], here[-1].kind, label))
+        text = "; ".join(f.summary for f in here)
+        marks[str(index)] = (marks[str(index)] + "; " if str(index) in marks else "") + text
     values = [p.value for p in pts]
     fmt = formatting.ValueFormatter(s.unit, sorted(values)[len(values) // 2] if values else 0.0)
     data = {
@@ -347,7 +400,14 @@ def _chart_view(s: Series, k: int, labels: list[tuple[str, str]]) -> ChartView:
         ],
         "marks": marks,
     }
-    return ChartView(series=s, chart=chart, data=data, data_id=f"points-{k}", note=change_note(s))
+    return ChartView(
+        series=s,
+        chart=chart,
+        data=data,
+        data_id=f"points-{k}",
+        note=change_note(s),
+        flags=sorted(flags, key=lambda f: f.index, reverse=True),
+    )
 
 
 @dataclass
@@ -486,8 +546,13 @@ def csv_text(text: str | None) -> str:
     return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
-def _write_data(out: Path, machines: list[MachineInfo], series: list[Series]) -> None:
-    """The downloads: one JSON document (columnar points per series) and one long CSV."""
+def _write_data(
+    out: Path, machines: list[MachineInfo], series: list[Series], *, extra: dict[str, Any] | None = None
+) -> None:
+    """The downloads: one JSON document (columnar points per series) and one long CSV.
+
+    ``extra``: more top-level keys of the JSON document (the steps and acceptances).
+    """
     doc = {
         "schema": HISTORY_SCHEMA,
         "machines": [{"key": m.key, "label": m.label, "kind": m.kind} for m in machines],
@@ -519,6 +584,7 @@ def _write_data(out: Path, machines: list[MachineInfo], series: list[Series]) ->
             }
             for s in series
         ],
+        **(extra or {}),
     }
     # json.dumps, not json.dump: only the former runs the C encoder over the whole document.
     (out / "data" / "history.json").write_text(json.dumps(doc, separators=(",", ":")), encoding="utf-8")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfguard.report import formatting
-from perfguard.report.items import FAILING, VERDICT_ORDER, ItemView, Underneath, column_order
+from perfguard.report.items import ACCEPTED, FAILING, VERDICT_ORDER, ItemView, Underneath, column_order
 from perfguard.store import StoredCheck
 
 #: How many implementations / parameter sets the top of a report names.
@@ -160,11 +160,12 @@ class RetryStory:
 
     @property
     def confirmed(self) -> list[ItemView]:
-        return [i for i in self.items if i.verdict in FAILING]
+        """Confirmed regressions, those an acceptance then accepted included."""
+        return [i for i in self.items if i.verdict in FAILING or i.verdict == ACCEPTED]
 
     @property
     def cleared(self) -> list[ItemView]:
-        return [i for i in self.items if i.verdict not in FAILING]
+        return [i for i in self.items if i.verdict not in FAILING and i.verdict != ACCEPTED]
 
 
 def _int(value: Any) -> int:
