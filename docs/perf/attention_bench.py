@@ -620,7 +620,9 @@ def main() -> None:
     from attention import _merge
 
     wanted = os.environ.get("ATTENTION_MERGE", "torch") == "triton"
-    info["merge"] = "triton" if (wanted and b.cuda and info["triton"] and not _merge._TRITON_FAILED) else "torch"
+    info["merge"] = (
+        "triton" if (wanted and b.cuda and info["triton"] and not _merge._TRITON_FAILED) else "torch"
+    )
     info["wall_s"] = round(time.perf_counter() - t0, 1)
     out_dir = Path(os.environ.get("OUT", "."))
     out_dir.mkdir(parents=True, exist_ok=True)

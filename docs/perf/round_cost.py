@@ -1,4 +1,3 @@
-
 """Where a round's time went, from what perfguard stores with every run (``settings.cost``).
 
 Each round records its wall time, how many processes it took, the worker's discovery time (the

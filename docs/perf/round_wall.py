@@ -1,4 +1,3 @@
-
 """Wall time of ``perfguard run --rounds 1`` for two perfguard versions, interleaved A B B A.
 
 Each version runs from its own git worktree (``PYTHONPATH`` points at it, so the CLI, the suite and

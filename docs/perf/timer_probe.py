@@ -285,8 +285,8 @@ def graph_kernels(fn) -> dict[str, Any]:
         names: Counter[str] = Counter()
 
         def walk(g) -> None:
-            err, _, count = runtime.cudaGraphGetNodes(g, 0)
-            err, nodes, count = runtime.cudaGraphGetNodes(g, count)
+            _err, _, count = runtime.cudaGraphGetNodes(g, 0)
+            _err, nodes, count = runtime.cudaGraphGetNodes(g, count)
             for node in nodes[:count]:
                 _err, kind = runtime.cudaGraphNodeGetType(node)
                 types[str(kind).rsplit(".", 1)[-1]] += 1
