@@ -119,7 +119,14 @@ def import_shim(source: Path, parent: Path, benchmark_dir: Path | None = None) -
 
 
 def compile_cache_env(domain: str) -> dict[str, str]:
-    """Environment that puts Inductor, Triton and CUDA JIT caches in ``domain``'s own directory."""
+    """Environment that puts Inductor, Triton and CUDA JIT caches in ``domain``'s own directory.
+
+    Python's bytecode too: a round is a fresh process that imports torch's compiler stack, and where
+    site-packages is read-only or ``PYTHONDONTWRITEBYTECODE`` is set (GPU images often do both) every
+    round compiled that source again: 23 s of a 66 s production round on an H100 (py-spy,
+    docs/perf/check.md).  ``PYTHONPYCACHEPREFIX`` keeps the bytecode beside the other caches, in the
+    trust domain's directory, so code under review cannot write bytecode that a baseline round loads.
+    """
     if domain not in TRUST_DOMAINS:
         raise ValueError(f"trust domain must be one of {TRUST_DOMAINS}, not {domain!r}")
     root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "perfguard" / "compile") / domain
@@ -129,6 +136,8 @@ def compile_cache_env(domain: str) -> dict[str, str]:
         "CUDA_CACHE_PATH": str(root / "cuda"),
         "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
         "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
+        "PYTHONPYCACHEPREFIX": str(root / "pycache"),
+        "PYTHONDONTWRITEBYTECODE": "",  # empty = unset: the bytecode goes to the prefix above
     }
 
 

@@ -334,9 +334,14 @@ def median_interval(samples: list[float], confidence: float = 0.95) -> tuple[flo
 
 @contextmanager
 def _gc_paused() -> Iterator[None]:
-    """Garbage collection off while samples are taken (as timeit does)."""
+    """Garbage collection off while samples are taken (as timeit does).
+
+    What the warm-up left behind is young: a collection of the young generations clears it.  A
+    full one walks every object of torch's compiler stack (0.27 s each, 14 s of a production round
+    on an H100: py-spy, docs/perf/check.md); :func:`perfguard.passes.release` does that once per case.
+    """
     enabled = gc.isenabled()
-    gc.collect()
+    gc.collect(1)
     gc.disable()
     try:
         yield
