@@ -298,6 +298,20 @@ _IMPLS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
 # their private signatures between releases: a TypeError there is a failure of that backend)
 _FAILURES = (RuntimeError, TypeError, NotImplementedError, ImportError)
 
+#: cuDNN's attention takes a call only when both its query and key lengths reach this.  Its
+#: backward *crashes the process* (SIGSEGV in plan creation, not an error that a fallback could
+#: catch) on some tiny shapes whose forward runs: the ring's boundary pieces, a few rows long, did
+#: so on an H100 (torch 2.11, 2026-11-25, docs/perf/attention.md), and cuDNN-frontend reports the
+#: same for ``B = H = Sq = 1`` (issue 1071).  Its forward rejects ``Sq = Sk = 1`` with an error,
+#: which used to switch cuDNN off for every later call of that dtype.  Calls this short are cheap
+#: on any kernel: they go to the next one of the chain (flash in half precision).
+CUDNN_MIN_LEN = 64
+
+
+def _takes(name: str, q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether kernel ``name`` may run a call of these shapes (a per-call rule, not a failure)."""
+    return name != "cudnn" or min(q.shape[-2], k.shape[-2]) >= CUDNN_MIN_LEN
+
 
 def candidates(device: torch.device, dtype: torch.dtype, head_dim: int) -> list[str]:
     """Backends ``auto`` may use for (device, dtype, head_dim), fastest first
@@ -426,6 +440,8 @@ class KernelSet:
         is retried on contiguous copies (and fed copies from then on), one that fails on those
         too is switched off for this (device, dtype, head_dim)."""
         for name in self._live():
+            if not _takes(name, q, k):
+                continue
             copies = self._key(name) in _contiguous
             try:
                 args = (q.contiguous(), k.contiguous(), v.contiguous()) if copies else (q, k, v)

@@ -192,12 +192,10 @@ _SPECS: list[ImplSpec] = [
         "multihead_ring",
         "attention.multihead:RingMultiheadDilatedAttention",
         extra_cpu={"ring_size": 4, "single_shot_bytes": 0},
-        # The GPU verification runs the ring in one piece (single_shot_bytes left at its default):
-        # its chunked backward crashed the process inside cuDNN's backward on an H100 (2026-11-25,
-        # issue 18, open), and a crash would stop `perfguard verify` / `check` for every
-        # implementation.  The chunked path is verified on the CPU (extra_cpu) and exercised on
-        # CUDA by tests/test_attention_sync.py, which fails there until it is fixed.
-        extra_gpu={"ring_size": 4},
+        # Verified chunked on both devices (single_shot_bytes=0): the path the ring exists for.
+        # Its backward once crashed inside cuDNN on an H100 (tiny boundary pieces; now kept off
+        # cuDNN by attention._kernels.CUDNN_MIN_LEN, docs/perf/attention.md).
+        extra_gpu={"ring_size": 4, "single_shot_bytes": 0},
         extra_bench={"ring_size": 8},
         same_function_as="dilated",
         description="K/V in ring_size chunks merged by log-sum-exp: O(n / ring_size) intermediates",
@@ -208,12 +206,10 @@ _SPECS: list[ImplSpec] = [
         None,
         None,
         extra_cpu={"ring_size": 4, "single_shot_bytes": 0},
-        # The GPU verification runs the ring in one piece (single_shot_bytes left at its default):
-        # its chunked backward crashed the process inside cuDNN's backward on an H100 (2026-11-25,
-        # issue 18, open), and a crash would stop `perfguard verify` / `check` for every
-        # implementation.  The chunked path is verified on the CPU (extra_cpu) and exercised on
-        # CUDA by tests/test_attention_sync.py, which fails there until it is fixed.
-        extra_gpu={"ring_size": 4},
+        # Verified chunked on both devices (single_shot_bytes=0): the path the ring exists for.
+        # Its backward once crashed inside cuDNN on an H100 (tiny boundary pieces; now kept off
+        # cuDNN by attention._kernels.CUDNN_MIN_LEN, docs/perf/attention.md).
+        extra_gpu={"ring_size": 4, "single_shot_bytes": 0},
         extra_bench={"ring_size": 8},
         same_function_as="dilated",
         description="the ring, visiting chunks in Hilbert-curve order; same function",

@@ -266,3 +266,18 @@ def test_cuda_ring_peak_memory_shrinks() -> None:
             peaks[ring_size] = torch.cuda.max_memory_allocated() - before - out.numel() * out.element_size()
             del out
     assert peaks[8] <= peaks[1] / 4, peaks
+
+
+def test_short_calls_never_reach_cudnn() -> None:
+    """cuDNN's backward crashed the process on the ring's few-row boundary pieces (H100): calls
+    shorter than CUDNN_MIN_LEN in either length go to the next kernel, longer ones may use it."""
+    from attention._kernels import CUDNN_MIN_LEN, _takes
+
+    def shaped(length: int) -> torch.Tensor:
+        return torch.empty(1, 8, length, 64, device="meta")
+
+    long_, short = shaped(CUDNN_MIN_LEN), shaped(CUDNN_MIN_LEN - 1)
+    assert _takes("cudnn", long_, long_)
+    assert not _takes("cudnn", short, long_)
+    assert not _takes("cudnn", long_, short)
+    assert _takes("flash", short, short) and _takes("math", shaped(1), shaped(1))
