@@ -167,7 +167,7 @@ def parent(out: Path) -> int:
     bad = [r for r in result["grid"] if r["status"] not in ("ok", "not reached")]
     unreached = sum(r["status"] == "not reached" for r in result["grid"])
     ran = len(GRID) - len(bad) - unreached
-    print(f"grid: {ran} of {len(GRID)} shapes ran cuDNN forward+backward, {unreached} not reached; the others:")
+    print(f"grid: {ran} of {len(GRID)} shapes ran cuDNN fwd+bwd, {unreached} not reached; the others:")
     for r in bad:
         print(f"  B={r['B']} H={r['H']} Lq={r['Lq']} Lk={r['Lk']}: {r['status']}")
     print(f"ring chunked vs one piece (exit {ring_exit}):")
