@@ -152,42 +152,62 @@ class Measured:
         return self.passes[name]
 
 
-_CURRENT: tuple[tuple[str, int, str, str, str], Measured] | None = None
+class CaseSlot:
+    """The one case a process measures at a time: built once, freed when another is asked for.
+
+    A case that cannot run here is remembered as such (the other benchmarks of the same case
+    are skipped with the same reason, without building it again).  One slot per way of building
+    a case: :func:`cases.build` here, a rank's shard in :mod:`perfguard.shards`.
+    """
+
+    def __init__(self, build: Callable[[str, int, str, str, profiles.Profile], cases.Case]) -> None:
+        self._build = build
+        self._current: tuple[tuple[str, int, str, str, str], Measured] | None = None
+
+    def current(
+        self, impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Profile
+    ) -> Measured:
+        key = (impl, seq_len, dtype, device, profile.name)
+        if self._current is not None and self._current[0] == key:
+            return self._current[1]
+        self.release()
+        try:
+            measured = Measured(self._build(impl, seq_len, dtype, device, profile), None)
+        except cases.Unsupported as exc:
+            measured = Measured(None, str(exc))
+        self._current = (key, measured)
+        return measured
+
+    def measured(self) -> Measured | None:
+        """The case measured now, if any (the round worker profiles its passes)."""
+        return None if self._current is None else self._current[1]
+
+    def release(self) -> None:
+        """Forget the current case and give its GPU memory back (graphs, inputs, the module)."""
+        if self._current is None:
+            return
+        device = self._current[0][3]
+        self._current = None
+        gc.collect()
+        if device == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+
+
+_SLOT = CaseSlot(cases.build)
 
 
 def current(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Profile) -> Measured:
-    """The case for these parameters, built once; building another one frees this one first.
-
-    A case that cannot run here is remembered as such (the other benchmarks of the same case
-    are skipped with the same reason, without building it again).
-    """
-    global _CURRENT
-    key = (impl, seq_len, dtype, device, profile.name)
-    if _CURRENT is not None and _CURRENT[0] == key:
-        return _CURRENT[1]
-    release()
-    try:
-        measured = Measured(cases.build(impl, seq_len, dtype, device, profile), None)
-    except cases.Unsupported as exc:
-        measured = Measured(None, str(exc))
-    _CURRENT = (key, measured)
-    return measured
+    """The case for these parameters, built once; building another one frees this one first."""
+    return _SLOT.current(impl, seq_len, dtype, device, profile)
 
 
 def current_measured() -> Measured | None:
     """The case this process measures now, if any (the round worker profiles its passes)."""
-    return None if _CURRENT is None else _CURRENT[1]
+    return _SLOT.measured()
 
 
 def release() -> None:
     """Forget the current case and give its GPU memory back (graphs, inputs, the module)."""
-    global _CURRENT
-    if _CURRENT is None:
-        return
-    device = _CURRENT[0][3]
-    _CURRENT = None
-    gc.collect()
-    if device == "cuda":
-        import torch
-
-        torch.cuda.empty_cache()
+    _SLOT.release()

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfguard.store.records import ResultRecord
+from perfguard.store.records import RecordError, ResultRecord
 from perfguard.suite import EFFICIENCY, THROUGHPUT, kind_of
 
 _MAX_INFO_BYTES = 256 * 1024
@@ -114,7 +114,15 @@ def _samples(value: Any) -> list[float] | None:
         raise _Invalid(f"samples are {type(value).__name__}, not a list")
     if len(value) > _MAX_SAMPLES:
         raise _Invalid(f"{len(value)} samples (at most {_MAX_SAMPLES})")
-    return [_number(s, f"sample {i}") for i, s in enumerate(value)]
+    return [_sample(s, i) for i, s in enumerate(value)]
+
+
+def _sample(value: Any, i: int) -> float:
+    """A sample as a float; NaN and infinities pass (the record drops and counts them, as
+    docs/verdicts.md promises), anything else that is not a finite number fails the benchmark."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return value
+    return _number(value, f"sample {i}")
 
 
 def _info(value: Any) -> dict[str, Any]:
@@ -189,9 +197,14 @@ def to_records(event: Mapping[str, Any], label: str) -> list[ResultRecord]:
     if samples is not None and not samples:
         samples = None
     record = ResultRecord(**base, value=value, samples=samples, method=method, info=info)
+    try:  # what the store would refuse (a sample <= 0, nothing but NaN) fails this benchmark only
+        record.validate()
+    except RecordError as exc:
+        why = f"the benchmark process wrote an invalid result: {exc}"
+        return [ResultRecord(**base, status="failed", error=why)]
     out = [record]
-    if kind.metric == "time" and benchmark.endswith("Forward.track_time") and samples:
-        out.extend(_derived(benchmark, base, samples, method, info))
+    if kind.metric == "time" and benchmark.endswith("Forward.track_time") and record.samples:
+        out.extend(_derived(benchmark, base, record.samples, method, info))
     return out
 
 

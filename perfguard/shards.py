@@ -16,7 +16,6 @@ shard lengths.
 
 from __future__ import annotations
 
-import gc
 from typing import Any
 
 import torch
@@ -113,36 +112,19 @@ def _shard(
     return made[0], made[1], made[2]
 
 
-_CURRENT: tuple[tuple[str, int, str, str, str], passes.Measured] | None = None
+_SLOT = passes.CaseSlot(build)
 
 
 def current(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Profile) -> passes.Measured:
-    """This rank's case for these parameters, built once (see :func:`perfguard.passes.current`)."""
-    global _CURRENT
-    key = (impl, seq_len, dtype, device, profile.name)
-    if _CURRENT is not None and _CURRENT[0] == key:
-        return _CURRENT[1]
-    release()
-    try:
-        measured = passes.Measured(build(impl, seq_len, dtype, device, profile), None)
-    except cases.Unsupported as exc:
-        measured = passes.Measured(None, str(exc))
-    _CURRENT = (key, measured)
-    return measured
+    """This rank's case for these parameters, built once (see :class:`perfguard.passes.CaseSlot`)."""
+    return _SLOT.current(impl, seq_len, dtype, device, profile)
 
 
 def current_measured() -> passes.Measured | None:
     """The case this rank measures now, if any (the round worker profiles its passes)."""
-    return None if _CURRENT is None else _CURRENT[1]
+    return _SLOT.measured()
 
 
 def release() -> None:
     """Forget the current case and give its GPU memory back."""
-    global _CURRENT
-    if _CURRENT is None:
-        return
-    device = _CURRENT[0][3]
-    _CURRENT = None
-    gc.collect()
-    if device == "cuda":
-        torch.cuda.empty_cache()
+    _SLOT.release()

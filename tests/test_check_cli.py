@@ -357,6 +357,10 @@ def _garbage(benchmark, params, outcome):
         outcome.samples = [10**400, *outcome.samples]  # a 401-digit integer
     if params.get("impl") == "dilated" and benchmark.endswith("track_forward_ops"):
         outcome.info = "x"
+    if params.get("impl") == "improved" and benchmark.endswith("Forward.track_time"):
+        outcome.samples = [float("nan"), *outcome.samples]  # ignored and counted (docs/verdicts.md)
+    if params.get("impl") == "improved" and benchmark.endswith("track_forward_flops"):
+        outcome.samples = [-1.0]  # not an amount: fails this benchmark, not the run
     return _garbage_record(benchmark, params, outcome)
 
 
@@ -378,10 +382,27 @@ def test_a_benchmark_that_hands_back_garbage_fails_that_benchmark_not_perfguard(
         rows = conn.execute(text("SELECT benchmark, impl, status, error FROM results")).all()
     engine.dispose()
     failed = {(b.split(".", 1)[-1], i): e for b, i, s, e in rows if s == "failed"}
-    assert set(failed) == {("Forward.track_time", "dilated"), ("Work.track_forward_ops", "dilated")}
+    assert set(failed) == {
+        ("Forward.track_time", "dilated"),
+        ("Work.track_forward_ops", "dilated"),
+        ("Work.track_forward_flops", "improved"),
+    }
     assert "401 digits" in failed[("Forward.track_time", "dilated")]
     assert "info is str" in failed[("Work.track_forward_ops", "dilated")]
+    assert "sample 0 is -1.0" in failed[("Work.track_forward_flops", "improved")]
     assert {i for b, i, s, e in rows if s == "ok"} == {"dilated", "improved"}
+    # One NaN sample is dropped and counted; the rest of that measurement stands (D9).
+    engine = create_engine(db)
+    query = (
+        "SELECT r.status, d.samples, d.info FROM results r JOIN result_data d ON d.result_id = r.id "
+        "WHERE r.impl = 'improved' AND r.benchmark LIKE '%.Forward.track_time'"
+    )
+    with engine.connect() as conn:
+        status, samples, info = conn.execute(text(query)).one()
+    engine.dispose()
+    samples, info = (json.loads(x) if isinstance(x, str) else x for x in (samples, info))
+    assert status == "ok" and info["ignored_samples"] == 1, info
+    assert samples and all(isinstance(x, float) and x > 0 for x in samples)
 
 
 CRASH = """
