@@ -5,8 +5,7 @@ implementations (``dilated`` and ``improved``), so that a check takes seconds on
 machine; benchmarks are limited with ``--bench`` to the forward pass at 512 tokens: its time and
 its work metrics (FLOPs, aten ops, bytes allocated).  The verdicts these tests assert come from the
 work metrics, which repeat exactly whatever the machine is doing (CI is a busy 2-core machine);
-timings are asserted only where a wide margin holds (a doubled forward measured 1.9-2.3x in CPU
-time on this machine under load).  Branches:
+no test here asserts a timing ratio or a timing verdict.  Branches:
 
 - ``double``: ``dilated`` does twice the work (its forward runs twice);
 - ``quadruple``: ``dilated`` does four times the work;
@@ -232,9 +231,10 @@ def main_flow(repo: Path, db: str, tmp_path: Path) -> None:
     improved = work_items(document, "improved")
     assert improved and all(i["verdict"] == "unchanged" and i["ratio"] == 1.0 for i in improved), improved
     assert "dilated" in gated_verdicts(document, "regression")
-    # the doubled time shows too, with a wide margin (CPU time of a doubled forward: 1.9-2.3x)
+    # its time was measured and compared too; its verdict is not asserted: on a busy 2-core machine
+    # fresh processes of the same code have landed 1.5x apart (issue 12), the work metrics decide
     (time_item,) = [i for i in document["items"] if i["impl"] == "dilated" and i["metric"] == "time"]
-    assert 1.4 < time_item["ratio"] < 3.0, time_item
+    assert time_item["verdict"] in {"regression", "unstable", "unchanged"} and time_item["ratio"] > 0
     # what changed underneath: the aten ops of dilated's forward, each count doubled
     underneath = document["summary"]["underneath"]
     (table,) = [t for t in underneath if t["impl"] == "dilated" and t["kind"] == "aten ops"]
