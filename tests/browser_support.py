@@ -38,12 +38,19 @@ _state: dict[str, Any] = {}
 
 
 def shared_browser() -> Any:
-    """The session's browser; skips the test when Chromium or Playwright is not installed."""
+    """The session's browser; without Chromium or Playwright the test is skipped, or fails under CI
+    (``.ci/run`` and the tests workflow install both: a green CI must have looked at the pages)."""
     if "browser" in _state:
         return _state["browser"]
     if not CHROMIUM.exists() and shutil.which(str(CHROMIUM)) is None:
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set PERFGUARD_CHROMIUM)")
-    sync_api = pytest.importorskip("playwright.sync_api")
+        missing = f"no Chromium at {CHROMIUM} (apt-get install chromium, or set PERFGUARD_CHROMIUM)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs Chromium for the report and site tests: {missing}")
+        pytest.skip(missing)
+    if os.environ.get("CI"):
+        import playwright.sync_api as sync_api  # an ImportError fails the test under CI
+    else:
+        sync_api = pytest.importorskip("playwright.sync_api")
     playwright = sync_api.sync_playwright().start()
     browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
     _state.update(playwright=playwright, browser=browser)
