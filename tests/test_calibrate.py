@@ -14,6 +14,7 @@ import json
 import math
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -28,10 +29,11 @@ from click.testing import CliRunner
 from perfguard import calibrate as cal
 from perfguard.cli import main
 from perfguard.config import Config
-from perfguard.store import ResultRecord, RunRecord
+from perfguard.store import ResultRecord, RunRecord, Store
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_REGEX = r"Forward\.track_time\('dilated', 512,"
+WORK_REGEX = r"Work\.track_forward_ops\('dilated', 512,"  # one exact count: a round costs seconds
 TRIMMED_REGISTRY = """
 
 # --- test fixture (tests/test_calibrate.py): a project with one implementation ---
@@ -377,6 +379,27 @@ def test_a_dirty_work_tree_is_refused_with_exit_2(project: Path, tmp_path: Path)
     assert "uncommitted changes" in proc.stderr and "README.md" in proc.stderr
     assert "commit or stash" in proc.stderr
     assert "round" not in proc.stderr  # refused before anything was measured
+
+
+def test_a_store_inside_the_work_tree_is_not_a_change(project: Path, tmp_path: Path) -> None:
+    """D8: ``--db sqlite:///relative.db`` in the work tree was refused as uncommitted changes.
+
+    run and check leave the store's own files out of the dirty state; calibrate did not, neither
+    before measuring (an existing store: exit 2) nor after (the store it wrote: "the work tree
+    changed" warning).  One cheap calibration (a work metric, one round a side, no plants).
+    """
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(project), str(clone))
+    Store.open(f"sqlite:///{clone / 'relative.db'}").close()  # a store from an earlier calibration
+    out = tmp_path / "out.json"
+    proc = perfguard(clone, "calibrate", "--profile", "quick", "--bench", WORK_REGEX, "--rounds", "1",
+                     "--aa", "1", "--planted", "", "--no-asv", "--db", "sqlite:///relative.db",
+                     "--json", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert json.loads(out.read_text())["warnings"] == []
+    with sqlite3.connect(clone / "relative.db") as db:
+        stored = db.execute("SELECT purpose, count(*) FROM runs GROUP BY purpose").fetchall()
+    assert stored == [("calibrate", 2)]  # HEAD as A and as B, one round each
 
 
 @pytest.mark.slow

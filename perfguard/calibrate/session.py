@@ -60,6 +60,7 @@ def calibrate(
     from perfguard.calibrate.asv_rule import check_asv
     from perfguard.gitrepo import repo_root, work_tree
     from perfguard.measuring import QuietReporter, command_line, open_bench
+    from perfguard.store import resolve
 
     started = time.perf_counter() if started is None else started
     reporter = reporter if reporter is not None else QuietReporter()
@@ -77,7 +78,10 @@ def calibrate(
             hint="pip install asv==0.6.6 asv-runner==0.3.2, or pass --no-asv",
         )
     root = repo_root(cwd)
-    tree = work_tree(root)
+    # A SQLite --db inside the work tree is not a change to the code (as for run and check); without
+    # --db the rounds go to a temporary store outside it.
+    store_files = resolve(db_url, cwd=root).files if db_url else ()
+    tree = work_tree(root, ignore=store_files)
     if tree.dirty:
         shown = ", ".join(tree.changed[:5]) + (", ..." if len(tree.changed) > 5 else "")
         raise UsageError(
@@ -115,7 +119,7 @@ def calibrate(
                 BenchMeasurer(bench, sides), plan, bench.config, clock, bench.say
             ).run()
             warnings = list(findings.warnings)
-            if work_tree(root).key != tree.key:
+            if work_tree(root, ignore=bench.store_files).key != tree.key:
                 warnings.append(
                     "the work tree changed while HEAD was being measured: run the calibration again "
                     "on a clean tree that nobody edits meanwhile"
