@@ -10,13 +10,18 @@ On this machine with every core kept busy by other processes for the whole check
 - **comment**: a commit that only adds a comment: the check must exit 0 with every work metric
   at ratio exactly 1.000.
 
-Each repetition is a fresh ``git clone --shared`` of HEAD (``main`` = HEAD, ``feature`` = the
-variant) with its own empty SQLite store, so both sides are measured every time; the variants are
-interleaved.  The busy processes are plain ``while True: pass`` loops, one per core by default.
+By default each repetition is a fresh ``git clone --shared`` of HEAD (``main`` = HEAD, ``feature``
+= the variant) with its own empty SQLite store, so both sides are measured every time.  With
+``--stored-baseline`` (what a PR check on a runner does) one clone and one store serve every
+repetition: ``main`` is measured once, by the first check, under the same load, and each
+repetition is a new commit on top of ``main`` (the variant plus a comment naming the repetition), so
+HEAD is measured afresh every time.  The variants are interleaved.  The busy processes are plain
+``while True: pass`` loops, one per core by default, started before and stopped after each check.
 
     python docs/perf/work_metrics_busy.py --repeats 10 --out docs/perf/work_metrics_busy.md
 
-Writes the Markdown table (and ``--json``) and exits 1 if any repetition missed its target.
+Writes the Markdown table (and ``--json``, one line per check as it finishes) and exits 1 if any
+repetition missed its target.
 """
 
 from __future__ import annotations
@@ -59,25 +64,30 @@ def git(cwd: Path, *args: str) -> str:
     ).stdout
 
 
-def prepare(parent: Path, variant: str, sha: str) -> Path:
+def prepare(parent: Path, variant: str, sha: str, rep: int = 0) -> Path:
+    """A clone of ``sha`` as ``main`` (made once per ``parent``) with the variant on a new branch."""
     clone = parent / "repo"
-    git(parent, "clone", "-q", "--shared", str(ROOT), str(clone))
-    git(clone, "checkout", "-q", "-B", "main", sha)
-    git(clone, "checkout", "-q", "-b", "feature")
+    if not clone.exists():
+        git(parent, "clone", "-q", "--shared", str(ROOT), str(clone))
+        git(clone, "checkout", "-q", "-B", "main", sha)
+    branch = f"{variant}-{rep}"
+    git(clone, "checkout", "-q", "-B", branch, "main")
     target = clone / "attention" / "dilated.py"
-    target.write_text(target.read_text() + (PLANT if variant == "planted" else COMMENT))
-    git(clone, "commit", "-q", "-am", f"work_metrics_busy: {variant}")
+    addition = PLANT if variant == "planted" else COMMENT
+    target.write_text(target.read_text() + addition + f"# repetition {rep} ({variant})\n")
+    git(clone, "commit", "-q", "-am", f"work_metrics_busy: {variant}, repetition {rep}")
     return clone
 
 
 def run_check(clone: Path, busy: int) -> dict[str, Any]:
     loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
-    out = clone / "check.json"
+    out = clone.parent / "check.json"  # outside the work tree, as is the store: HEAD stays clean
+    out.unlink(missing_ok=True)
     started = time.perf_counter()
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "perfguard", "check", "--baseline", "main", "--profile", "quick",
-             "--db", f"sqlite:///{clone / 'history.db'}", "--json", str(out)],
+             "--db", f"sqlite:///{clone.parent / 'history.db'}", "--json", str(out)],
             cwd=clone, capture_output=True, text=True, check=False,
         )  # fmt: skip
     finally:
@@ -122,6 +132,9 @@ def main() -> int:
     parser.add_argument("--busy", type=int, default=os.cpu_count() or 2, help="busy-loop processes")
     parser.add_argument("--out", type=Path, default=None, help="Markdown results")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--stored-baseline", action="store_true", help="one store for every repetition: main measured once"
+    )
     args = parser.parse_args()
     if git(ROOT, "status", "--porcelain", "--untracked-files=no").strip():
         print("commit your changes first: the script clones HEAD", file=sys.stderr)
@@ -129,20 +142,31 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     started = datetime.now(timezone.utc)
     sha = git(ROOT, "rev-parse", "HEAD").strip()  # every repetition measures this commit
+    shared = tempfile.TemporaryDirectory(prefix="pg-busy-shared-")
+    if args.json:
+        args.json.write_text("")
     for rep in range(args.repeats):
         for variant in ("planted", "comment") if rep % 2 == 0 else ("comment", "planted"):
             with tempfile.TemporaryDirectory(prefix="pg-busy-") as scratch:
-                clone = prepare(Path(scratch), variant, sha)
+                parent = Path(shared.name if args.stored_baseline else scratch)
+                clone = prepare(parent, variant, sha, rep + 1)
                 r = run_check(clone, args.busy)
             r.update(repetition=rep + 1, variant=variant, met=met(variant, r))
             rows.append(r)
             print(json.dumps(r), flush=True)
+            if args.json:
+                with args.json.open("a") as fh:
+                    fh.write(json.dumps(r) + "\n")
+    shared.cleanup()
     finished = datetime.now(timezone.utc)
     lines = [
         f"- **Date**: {started:%Y-%m-%d %H:%M}–{finished:%H:%M} UTC; perfguard at {sha[:10]}",
         f"- **Machine**: {os.cpu_count()} cores of {platform.processor() or platform.machine()}, {platform.platform()}, "
         f"Python {platform.python_version()}; {args.busy} busy-loop processes during every check",
-        f"- **Command**: `python docs/perf/work_metrics_busy.py --repeats {args.repeats} --busy {args.busy}`",
+        f"- **Command**: `python docs/perf/work_metrics_busy.py --repeats {args.repeats} --busy {args.busy}"
+        f"{' --stored-baseline' if args.stored_baseline else ''}`"
+        + ("; main measured once (by the first check, under the same load), HEAD afresh in every check"
+           if args.stored_baseline else "; both sides measured in every check (a new store each)"),
         "",
         "| variant | met | exit (count) | failing implementations | check wall (s, median) |",
         "| --- | --- | --- | --- | ---: |",
@@ -171,8 +195,6 @@ def main() -> int:
     print(text)
     if args.out:
         args.out.write_text(text)
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
     return 0 if all(r["met"] for r in rows) else 1
 
 
