@@ -34,14 +34,14 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfguard.errors import UsageError
 from perfguard.store.records import METRICS
-from perfguard.store.regressions import AcceptanceRecord, short_benchmark
+from perfguard.store.regressions import AcceptanceRecord, AcceptanceTerms, short_benchmark
 
 if TYPE_CHECKING:
     from perfguard.compare import Item, SuiteComparison
@@ -58,34 +58,6 @@ _RECORD = "\x1e"
 
 class AcceptError(UsageError):
     """An acceptance that cannot be read (exit 2 from ``perfguard accept``; ignored, with why, in a check)."""
-
-
-@dataclass(frozen=True)
-class Spec:
-    """What an acceptance says, before anyone signs it: scope, ceiling, reason."""
-
-    impl: str
-    benchmark: str
-    ceiling: float
-    reason: str
-    metric: str | None = None
-    params: Mapping[str, str] = field(default_factory=dict)
-
-    def record(
-        self, *, source: str, author: str, trusted: bool, approved_by: str | None = None
-    ) -> AcceptanceRecord:
-        return AcceptanceRecord(
-            impl=self.impl,
-            benchmark=self.benchmark,
-            metric=self.metric,
-            params=dict(self.params),
-            ceiling=self.ceiling,
-            reason=self.reason,
-            source=source,
-            author=author,
-            approved_by=approved_by,
-            trusted=trusted,
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,8 +136,8 @@ class Found:
 # --------------------------------------------------------------------------------------------
 
 
-def parse_tokens(tokens: Sequence[str], *, where: str = "acceptance") -> Spec:
-    """``IMPL BENCHMARK [metric=M] [NAME=GLOB ...] <=CEILING REASON...`` -> :class:`Spec`."""
+def parse_tokens(tokens: Sequence[str], *, where: str = "acceptance") -> AcceptanceTerms:
+    """``IMPL BENCHMARK [metric=M] [NAME=GLOB ...] <=CEILING REASON...`` -> :class:`AcceptanceTerms`."""
     hint = f"write it as: {EXAMPLE}"
     if len(tokens) < 2:
         raise AcceptError(f"{where} names no implementation and benchmark", hint=hint)
@@ -202,7 +174,9 @@ def parse_tokens(tokens: Sequence[str], *, where: str = "acceptance") -> Spec:
     reason = " ".join(reason_tokens).strip()
     if not reason:
         raise AcceptError(f"{where} gives no reason: say why the regression is intended", hint=hint)
-    return Spec(impl=impl, benchmark=benchmark, ceiling=ceiling, reason=reason, metric=metric, params=params)
+    return AcceptanceTerms(
+        impl=impl, benchmark=benchmark, ceiling=ceiling, reason=reason, metric=metric, params=params
+    )
 
 
 def _ceiling(text: str, where: str, hint: str) -> float:
@@ -219,7 +193,9 @@ def _ceiling(text: str, where: str, hint: str) -> float:
     return value
 
 
-def command_spec(spec: Sequence[str], *, ceiling: float | None = None, reason: str | None = None) -> Spec:
+def command_spec(
+    spec: Sequence[str], *, ceiling: float | None = None, reason: str | None = None
+) -> AcceptanceTerms:
     """What ``perfguard accept`` records: ``spec`` in the trailer's grammar, or the scope alone with
     ``ceiling`` (``--max``) and ``reason`` (``--reason``).
 
@@ -244,8 +220,8 @@ def command_spec(spec: Sequence[str], *, ceiling: float | None = None, reason: s
     return parse_tokens(tokens, where="perfguard accept")
 
 
-def parse_line(value: str, *, where: str = "acceptance") -> Spec:
-    """One trailer value (``improved Forward.track_time <=1.35 "why"``) -> :class:`Spec`."""
+def parse_line(value: str, *, where: str = "acceptance") -> AcceptanceTerms:
+    """One trailer value (``improved Forward.track_time <=1.35 "why"``) -> :class:`AcceptanceTerms`."""
     try:
         tokens = shlex.split(value)
     except ValueError as exc:

@@ -147,9 +147,6 @@ class AcceptanceStory:
         ]
         return max(ceilings) if ceilings else None
 
-    def acceptance_of(self, view: ItemView) -> AcceptanceView | None:
-        return next((a for a in self.applied if any(v is view for v in a.accepted)), None)
-
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""

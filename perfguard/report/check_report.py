@@ -139,13 +139,6 @@ class CheckReport:
         return self.deciding[:DECIDING_IMPLS]
 
     @property
-    def deciding_more(self) -> int:
-        """Failing items the top of the report does not name."""
-        return sum(g.n_items for g in self.deciding[DECIDING_IMPLS:]) + sum(
-            len(c.items) for g in self.deciding_shown for c in g.cases[len(g.shown) :]
-        )
-
-    @property
     def unmatched_underneath(self) -> list[Underneath]:
         """Underneath entries of no failing or accepted case (still worth a line)."""
         shown = {(i.item.impl, i.item.params_key) for i in self.failing_items}

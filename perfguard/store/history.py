@@ -291,27 +291,24 @@ def _make_series(newest: Any, points: list[SeriesPoint]) -> Series:
 
 
 def _make_point(rows: list[Any]) -> SeriesPoint:
+    """One commit's point from its runs' rows (oldest first): the medians of the ``ok`` ones, else
+    the newest row's failure.
+
+    One used row, the usual case, keeps its numbers as they are: no median to take, and every point
+    of a whole-store history goes through here (docs/perf/store.md).
+    """
     newest = rows[-1]
-    if len(rows) == 1:
-        ok = newest[_STATUS] == "ok" and newest[_VALUE] is not None
-        return SeriesPoint(
-            newest[_SHA],
-            newest[_COMMITTED_AT],
-            newest[_BRANCH],
-            newest[_SUBJECT],
-            newest[_DIRTY],
-            "ok" if ok else newest[_STATUS],
-            newest[_VALUE] if ok else None,
-            newest[_Q25] if ok else None,
-            newest[_Q75] if ok else None,
-            1,
-            newest[_N_SAMPLES],
-            newest[_METHOD],
-            None if ok else newest[_ERROR],
-            (newest[_RUN_ID],),
-        )
     ok_rows = [r for r in rows if r[_STATUS] == "ok" and r[_VALUE] is not None]
     used = ok_rows or [newest]
+    if len(used) == 1:
+        only = used[0]
+        value, q25, q75 = (only[_VALUE], only[_Q25], only[_Q75]) if ok_rows else (None, None, None)
+        n_samples = only[_N_SAMPLES]
+        run_ids: tuple[int, ...] = (only[_RUN_ID],)
+    else:
+        value, q25, q75 = (_median([r[column] for r in ok_rows]) for column in (_VALUE, _Q25, _Q75))
+        n_samples = sum(r[_N_SAMPLES] for r in used)
+        run_ids = tuple(r[_RUN_ID] for r in used)
     return SeriesPoint(
         newest[_SHA],
         newest[_COMMITTED_AT],
@@ -319,14 +316,14 @@ def _make_point(rows: list[Any]) -> SeriesPoint:
         newest[_SUBJECT],
         newest[_DIRTY],
         "ok" if ok_rows else newest[_STATUS],
-        _median([r[_VALUE] for r in ok_rows]),
-        _median([r[_Q25] for r in ok_rows]),
-        _median([r[_Q75] for r in ok_rows]),
+        value,
+        q25,
+        q75,
         len(used),
-        sum(r[_N_SAMPLES] for r in used),
+        n_samples,
         used[-1][_METHOD],
         None if ok_rows else newest[_ERROR],
-        tuple(r[_RUN_ID] for r in used),
+        run_ids,
     )
 
 

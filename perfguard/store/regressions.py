@@ -47,26 +47,26 @@ def short_benchmark(benchmark: str) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class AcceptanceRecord:
-    """An intended regression: scope, ceiling, reason, author, trust (see the module docstring).
+class AcceptanceTerms:
+    """What an acceptance says, before anyone signs it: scope, ceiling, reason.
+
+    ``perfguard accept``'s arguments and a ``Perfguard-Accept`` trailer parse into this
+    (:func:`perfguard.accept.parse_tokens`); signed (:meth:`record`), it is an
+    :class:`AcceptanceRecord`.  It lives in the store, not in :mod:`perfguard.accept`, because the
+    store applies the scope rule too and comes earlier in the data flow.
 
     ``impl`` and ``benchmark`` are shell globs (``*``, ``multihead_*``, ``Forward*``); the benchmark
     glob is matched against the name with and without asv's module.  ``metric``: one metric, or
     None for every metric of the scope.  ``params``: ``{name: glob}``, every one must match the
     item's parameter's text.  ``ceiling``: the largest ratio accepted (1.35 = up to 35% worse).
-    ``approved_by``: the maintainer whose approval makes a trailer trusted.
     """
 
     impl: str
     benchmark: str
     ceiling: float
     reason: str
-    source: str
-    author: str
-    trusted: bool
     metric: str | None = None
     params: Mapping[str, str] = field(default_factory=dict)
-    approved_by: str | None = None
 
     def covers(self, impl: str, benchmark: str, metric: str, params: Mapping[str, Any]) -> bool:
         """Whether an item (implementation, benchmark, metric, parameters) is within the scope."""
@@ -90,6 +90,32 @@ class AcceptanceRecord:
             parts.append(f"metric={self.metric}")
         parts += [f"{k}={v}" for k, v in sorted(self.params.items())]
         return " ".join(parts)
+
+    def record(
+        self, *, source: str, author: str, trusted: bool, approved_by: str | None = None
+    ) -> AcceptanceRecord:
+        """These terms signed: who wrote them, and whether they count."""
+        terms = {f.name: getattr(self, f.name) for f in fields(AcceptanceTerms)}
+        return AcceptanceRecord(
+            **{**terms, "params": dict(self.params)},
+            source=source,
+            author=author,
+            trusted=trusted,
+            approved_by=approved_by,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceptanceRecord(AcceptanceTerms):
+    """An intended regression: its terms, author and trust (see the module docstring).
+
+    ``approved_by``: the maintainer whose approval makes a trailer trusted.
+    """
+
+    source: str
+    author: str
+    trusted: bool
+    approved_by: str | None = None
 
     def validate(self) -> None:
         require_text("acceptance impl", self.impl, 128)
