@@ -624,3 +624,21 @@ def test_hostile_names_go_through_the_store_as_written(store_url: str) -> None:
         assert sorted(store.distinct("impl")) == sorted(HOSTILE_NAMES)
         with pytest.raises(StoreError, match="contains a NUL character"):
             store.get_or_create_machine("nul\x00key", "cuda", "x", {})
+
+
+def test_perfguard_run_on_a_full_disk_stops_before_measuring(tmp_path: Path) -> None:
+    """D4 at the command line: the store's disk is full, so `perfguard run` says so at once (exit 2)
+    instead of after the whole measurement, and measures nothing."""
+    from tests.helpers.project import WORK_BENCH, perfguard, project_repo
+
+    repo = project_repo(tmp_path / "repo")
+    with small_filesystem(tmp_path / "small") as small:
+        url = f"sqlite:///{small / 'h.db'}"
+        Store.open(url).close()  # the store exists (schema written), then the disk fills up
+        fill_up(small)
+        result = perfguard(repo, "run", "--bench", WORK_BENCH, "--rounds", "1", db=url, timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "no space left on device for the history store" in result.stderr
+    assert "check the URL" not in result.stderr
+    assert "round 1/1" not in result.stderr and "[1/" not in result.stderr  # nothing was measured
+    assert "Traceback" not in result.stderr

@@ -31,6 +31,8 @@ POSTGRES_CONNECT_TIMEOUT_S = 10
 
 # errno ENOSPC's text, as SQLite, PostgreSQL and the OS word it.
 NO_SPACE = "no space left on device"
+# Below this much free space an I/O error of SQLite is taken for a full disk (it grows -wal/-shm).
+_LOW_FREE_BYTES = 4 * 2**20
 READ_ONLY_HINT = (
     "this store was opened read-only: an untrusted check reads baselines and writes its own runs "
     "and check to --results-db (docs/ci.md, 'Trust model')"
@@ -197,6 +199,8 @@ def explain(exc: BaseException, store_url: StoreURL, doing: str, *, read_only: b
     elif "disk is full" in low or NO_SPACE in low:
         where_dir = store_url.sqlite_path.parent if store_url.sqlite_path else "the store's directory"
         hint = f"no space left on the disk holding {where_dir}: free some (df -h shows it), then run again"
+    elif "disk i/o error" in low:
+        hint = _io_error(store_url)
     elif "unable to open database file" in low and read_only:
         hint = (
             "SQLite reads a store in WAL mode only where it may create the -shm file next to it; give "
@@ -225,6 +229,25 @@ def explain(exc: BaseException, store_url: StoreURL, doing: str, *, read_only: b
     else:
         hint = "check the URL (--db or PERFGUARD_DB)"
     return StoreError(f"{doing} {where} failed: {detail}", hint=hint)
+
+
+def _io_error(store_url: StoreURL) -> str:
+    """SQLite's "disk I/O error": a full disk (it cannot grow the -wal/-shm files), else the disk."""
+    path = store_url.sqlite_path
+    directory = path.parent if path is not None else None
+    if directory is not None and directory.is_dir():
+        with contextlib.suppress(OSError):
+            stat = os.statvfs(directory)
+            free = stat.f_bavail * stat.f_frsize
+            if free < _LOW_FREE_BYTES:
+                return (
+                    f"{NO_SPACE} for the history store in {directory} ({free / 2**20:.1f} MiB free): "
+                    f"free some (df -h {directory}), then run again"
+                )
+    return (
+        f"the disk or file system holding {directory or 'the store'} failed a read or write: "
+        "check it (df -h, the kernel log), or point --db at another place"
+    )
 
 
 def _unopenable(store_url: StoreURL) -> str:
