@@ -248,6 +248,14 @@ def test_a_killed_perfguard_run_commit_is_cleaned_up_by_the_next_command(tmp_pat
     leftovers = [p for p in scratch.iterdir() if p.name.startswith("perfguard-")]
     assert tree.is_dir() and leftovers
 
-    done = cleanup_stale(project, scratch_parent=scratch)
-    assert done.worktrees == [tree] and done.scratch_dirs == leftovers
+    # The next command cleans up: a real `perfguard run` of one cheap benchmark, in the same TMPDIR.
+    bench = r"Work\.track_forward_flops\('dilated', 512,"
+    after = subprocess.run(
+        [sys.executable, "-m", "perfguard", "run", "--commit", "HEAD~1", "--profile", "quick",
+         "--bench", bench, "--rounds", "1"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert after.returncode == 0, after.stdout + after.stderr
+    assert "left by perfguard processes that were killed" in after.stderr, after.stderr
     assert registered(project) == [] and not any(p.exists() for p in leftovers)
+    assert not [p for p in scratch.iterdir() if p.name.startswith("perfguard-")]  # its own is gone too
