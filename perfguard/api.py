@@ -209,6 +209,7 @@ def check(
     """
     from perfguard.gate import run_check, write_reports
     from perfguard.report import build_report
+    from perfguard.report.terminal import terminal_summary
 
     with _bench(
         reporter,
@@ -229,7 +230,9 @@ def check(
             verify_report=verify_report,
             accept_approved_by=accept_approved_by,
         )
-        outcome.headline = build_report(outcome.stored, store=b.store).headline
+        view = build_report(outcome.stored, store=b.store)
+        outcome.headline = view.headline
+        outcome.terminal = terminal_summary(view, outcome.result.counts())
         outcome.written = write_reports(b, outcome.stored, markdown=markdown, html=html, json_path=json_path)
         outcome.store = b.store.url
         return outcome

@@ -42,6 +42,7 @@ from perfguard.errors import PerfguardError, UsageError
 if TYPE_CHECKING:
     from perfguard.compare import Item, SuiteComparison
     from perfguard.measuring import Bench, Side
+    from perfguard.report.terminal import TerminalSummary
     from perfguard.store import RunRecord, StoredCheck
 
 #: How many "what changed underneath" tables a check keeps (the rest are left out, and said so).
@@ -54,8 +55,8 @@ MAX_UNDERNEATH_ROWS = 25
 class CheckOutcome:
     """What one check found: the verdicts, the stored check, the exit code and its cost.
 
-    :func:`perfguard.api.check` adds the report's gated headline, the reports it wrote and the URL
-    of the store the check is in.
+    :func:`perfguard.api.check` adds the report's gated headline, what the terminal shows of the
+    report (``terminal``), the reports it wrote and the URL of the store the check is in.
     """
 
     check_id: int
@@ -65,6 +66,7 @@ class CheckOutcome:
     seconds: float
     retried: int
     headline: str = ""
+    terminal: TerminalSummary | None = None
     written: list[Path] = field(default_factory=list)
     store: str = ""
 

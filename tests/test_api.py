@@ -73,6 +73,13 @@ def test_check_from_python_gives_the_clis_verdicts_on_the_same_store(repo: Path,
                     "--rounds", "1", "--json", str(tmp_path / "cli.json"), db=db)  # fmt: skip
     assert cli.returncode == outcome.exit_code, cli.stdout + cli.stderr
     assert "using 1 stored round(s) (--fresh measures again)" in cli.stderr  # HEAD: the library's rounds
+    # what the terminal shows comes from the library: the deciding rows, then the headline and counts
+    terminal = outcome.terminal
+    assert terminal is not None and terminal.headline == outcome.headline
+    assert [(r.verdict, r.cells[1]) for r in terminal.rows] == [("regression", "dilated")] * 3
+    assert cli.stdout.splitlines()[-2:] == [terminal.headline, terminal.counts] == [
+        "perfguard: 3 regressions (gated)", "6 items: regression 3, unchanged 3"
+    ]  # fmt: skip
     document = json.loads((tmp_path / "cli.json").read_text())
     assert document["check_id"] == outcome.check_id + 1 and document["verdict"] == outcome.stored.verdict
     assert {(i["impl"], i["benchmark"], i["params_key"]): (i["verdict"], i["ratio"], i["gated"])

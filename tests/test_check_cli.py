@@ -5,13 +5,16 @@ implementations (``dilated`` and ``improved``), so that a check takes seconds on
 machine; benchmarks are limited with ``--bench`` to the forward pass at 512 tokens: its time and
 its work metrics (FLOPs, aten ops, bytes allocated).  The verdicts these tests assert come from the
 work metrics, which repeat exactly whatever the machine is doing (CI is a busy 2-core machine);
-no test here asserts a timing ratio or a timing verdict.  Branches:
+no test here asserts a timing ratio, nor a timing verdict the machine's load could change (the
+``noisy`` branch's is made certain by construction).  Branches:
 
 - ``double``: ``dilated`` does twice the work (its forward runs twice);
 - ``quadruple``: ``dilated`` does four times the work;
 - ``comment``: a comment changes in ``attention/dilated.py``;
 - ``wrong``: ``dilated`` returns numbers 1% off (fails ``perfguard verify``);
-- ``new-impl``: registers a third implementation.
+- ``new-impl``: registers a third implementation;
+- ``noisy``: every other round process runs ``dilated``'s forward twice (a file counts the
+  processes), so an A/A check of it is ``unstable`` whatever the machine does (below).
 
 The store is a real SQLite file, and a real PostgreSQL database for the main flow.  Every error
 path asserts the exit code, the message and that the store is exactly as it was.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -103,6 +107,40 @@ NEW_IMPL_FACTORY = """
 CLASSES = MappingProxyType({**CLASSES, "dilated_twin": "attention.dilated:DilatedAttention"})
 """
 
+#: The file the ``noisy`` branch counts its round processes in (the test gives each check its own).
+NOISY_COUNTER_ENV = "PERFGUARD_TEST_NOISY_ROUNDS"
+NOISY = f"""
+
+# --- tests/test_check_cli.py: every other round process runs `dilated`'s forward twice ---
+import os as _noisy_os
+import sys as _noisy_sys
+
+_noisy_file = _noisy_os.environ.get("{NOISY_COUNTER_ENV}")
+if _noisy_file and "round_worker" in _noisy_sys.argv[0]:
+    with open(_noisy_file, "a+") as _noisy_fh:
+        _noisy_fh.seek(0)
+        _noisy_round = len(_noisy_fh.read())
+        _noisy_fh.write("x")
+    if _noisy_round % 2:
+        _noisy_build = ImplSpec.build
+
+        def _noisy(self, *args, **kwargs):
+            module = _noisy_build(self, *args, **kwargs)
+            if self.name == "dilated":
+                forward = module.forward
+
+                def twice(*a, **k):
+                    forward(*a, **k)
+                    return forward(*a, **k)
+
+                module.forward = twice
+            return module
+
+        ImplSpec.build = _noisy
+"""
+#: The ``noisy`` branch's rules: no re-measurement (the test is about what is printed, not stage 2).
+NO_RETRY = "\n[tool.perfguard.retry]\nenabled = false\n"
+
 
 BRANCHES = (
     ("double", [("attention/registry.py", DOUBLE)]),
@@ -110,6 +148,7 @@ BRANCHES = (
     ("comment", [("attention/dilated.py", "\n# A comment changed; the code did not.\n")]),
     ("wrong", [("attention/registry.py", WRONG)]),
     ("new-impl", [("attention/registry.py", NEW_IMPL), ("attention/factory.py", NEW_IMPL_FACTORY)]),
+    ("noisy", [("attention/registry.py", NOISY), ("pyproject.toml", NO_RETRY)]),
 )
 
 
@@ -204,6 +243,24 @@ def gated_verdicts(document: dict[str, Any], verdict: str) -> set[str]:
     return {i["impl"] for i in document["items"] if i["verdict"] == verdict and i["gated"]}
 
 
+#: ``  [2/4] baseline 1a2b3c4d5e round 1/3: Forward.track_time(...) 4.2 ms`` (stderr, not a terminal)
+PROGRESS_LINE = re.compile(r"^ +\[(\d+)/(\d+)\] (.+? round \d+/\d+): ", re.MULTILINE)
+#: ``baseline 1a2b3c4d5e: round 1/3 done in 2 s (6 ok)``
+ROUND_DONE = re.compile(r"^(.+?): (round \d+/\d+) done in ", re.MULTILINE)
+
+
+def assert_progress_reaches_total(stderr: str) -> None:
+    """Every finished round showed its progress counter, and it counted 1, 2, ... up to its total."""
+    counted: dict[str, list[tuple[int, int]]] = {}
+    for done, total, round_label in PROGRESS_LINE.findall(stderr):
+        counted.setdefault(round_label, []).append((int(done), int(total)))
+    finished = {f"{label} {round_}" for label, round_ in ROUND_DONE.findall(stderr)}
+    assert finished and finished <= set(counted), f"rounds without a counter: {finished - set(counted)}"
+    for round_label, steps in counted.items():
+        total = steps[-1][1]
+        assert steps == [(n, total) for n in range(1, total + 1)], (round_label, steps)
+
+
 # --------------------------------------------------------------------------------------------------
 # the main flow: record main, then a regressing branch fails and a comment-only branch passes
 
@@ -216,6 +273,7 @@ def main_flow(repo: Path, db: str, tmp_path: Path) -> None:
     recorded = perfguard(repo, "run", "--bench", BENCH, db=db)
     assert recorded.returncode == 0, recorded.stderr
     assert "stored 3 round(s)" in recorded.stderr
+    assert_progress_reaches_total(recorded.stderr)  # [1/4] ... [4/4] in each of the 3 rounds
 
     git(repo, "checkout", "-q", "double")
     out = tmp_path / "double"
@@ -240,6 +298,7 @@ def main_flow(repo: Path, db: str, tmp_path: Path) -> None:
     (table,) = [t for t in underneath if t["impl"] == "dilated" and t["kind"] == "aten ops"]
     assert table["rows"] and all(r["head_count"] == 2 * r["base_count"] for r in table["rows"])
     assert "baseline" in slow.stderr and "using 3 stored round(s)" in slow.stderr  # main was reused
+    assert_progress_reaches_total(slow.stderr)  # HEAD's rounds, and a re-measurement's if any
     assert "dilated" in slow.stdout and "regression" in slow.stdout
     assert "dilated" in (tmp_path / "double.md").read_text()
 
@@ -264,6 +323,57 @@ def test_regression_fails_and_comment_passes_on_postgresql(
     repo: Path, tmp_path: Path, postgres_url: str
 ) -> None:
     main_flow(repo, postgres_url, tmp_path)
+
+
+# --------------------------------------------------------------------------------------------------
+# what the terminal shows of an A/A check (issue 14)
+
+
+def test_an_aa_check_prints_its_unstable_items_as_a_few_lines(repo: Path, tmp_path: Path) -> None:
+    """The README's first check, on a commit whose timing is noisy by construction.
+
+    ``noisy`` doubles ``dilated``'s forward in every other round process, and a check's rounds are
+    interleaved A B B A, so each side has one slow and one fast round: the CV of round medians is
+    about 50% and the interval of the ratio spans about ×0.5-2 whatever the machine does, which
+    makes ``unstable`` certain (neither bound of that interval can clear the 20% threshold).
+    tokens/s and TFLOP/s are derived from that timing and take its verdict.
+    """
+    db = sqlite_url(tmp_path)
+    git(repo, "checkout", "-q", "noisy")
+    bench = r"(Forward\.track_time|Throughput\.track_\w+)\('dilated', 512,"
+    result = perfguard(repo, "check", "--baseline", "noisy", "--bench", bench, "--rounds", "2", "--no-verify",
+                       "--json", str(tmp_path / "aa.json"), db=db,
+                       env={NOISY_COUNTER_ENV: str(tmp_path / "rounds")})  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "an A/A check" in result.stderr
+    assert (tmp_path / "rounds").read_text() == "x" * 4  # 2 rounds a side, no re-measurement
+    assert_progress_reaches_total(result.stderr)  # [1/1] in each of the 4 rounds
+    items = report(tmp_path / "aa.json")["items"]
+    (timing,) = [i for i in items if i["metric"] == "time"]
+    derived = [i for i in items if i["metric"] != "time"]
+    assert timing["verdict"] == "unstable" and timing["gated"], timing
+    assert len(derived) == 2 and all(i["verdict"] == "unstable" and not i["gated"] for i in derived), derived
+
+    lines = result.stdout.splitlines()
+    # nothing decides the verdict, so no table; the headline and the counts stay the last two lines
+    assert "perfguard check" not in result.stdout and "reason" not in result.stdout
+    assert lines[-2:] == ["perfguard: no regressions (gated) · 1 unstable", "3 items: unstable 3"]
+    # the unstable timing is summarised, not given its multi-line reason; its derived rows only counted
+    assert "too noisy to decide (" not in result.stdout and result.stdout.count("too noisy to decide") == 1
+    assert not [ln for ln in lines if ("tokens/s" in ln or "TFLOP/s" in ln) and not ln.startswith("Also:")]
+    assert "Also: 2 derived (tokens/s, TFLOP/s: their timing's verdict)." in lines
+    summary = lines[: lines.index("Also: 2 derived (tokens/s, TFLOP/s: their timing's verdict).")]
+    assert len(summary) == 3, summary
+    assert summary[0].startswith(
+        "1 unstable (too noisy to decide at 20%; never fails). An A/A check compares a commit with itself, "
+        "so each of these is this machine's noise: dilated forward time ×"
+    ), summary
+    # this machine's noise, measured by this check (the JSON's numbers), and what would decide them
+    assert summary[1].startswith(f"Measured here: within-round IQR/median {timing['noise'] * 100:.1f}%, ")
+    assert summary[1].endswith(" with 2 rounds a side."), summary
+    assert re.match(r"(With --rounds \d+ about 1 of 1 would be decided|More rounds would not decide)",
+                    summary[2]), summary  # fmt: skip
+    assert summary[2].endswith("On a GPU runner, graph-replayed timings vary 0.3–0.6% between processes.")
 
 
 # --------------------------------------------------------------------------------------------------

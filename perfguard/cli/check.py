@@ -1,7 +1,8 @@
 """``perfguard check --baseline REF``: the PR gate (the pipeline is :mod:`perfguard.gate`).
 
 This module only declares the options, calls :func:`perfguard.api.check` (which opens the bench,
-runs :func:`perfguard.gate.run_check` and writes the reports) and prints the verdict table.  Exit 0
+runs :func:`perfguard.gate.run_check` and writes the reports) and prints what it returns for the
+terminal (:mod:`perfguard.report.terminal`: the deciding items, the unstable ones summarised).  Exit 0
 no regression, 1 regression (or broken / failed benchmark), 2 usage or environment error.
 """
 
@@ -135,35 +136,23 @@ def check(
 
 
 def _print_verdicts(outcome: CheckOutcome) -> None:
-    """The verdict table on stdout: every item that is news, then the count of the rest."""
+    """What the library's terminal summary holds, in its order: the table, the unstable, the headline."""
     from rich.text import Text
 
     from perfguard.cli.output import stdout_console, text_table
-    from perfguard.report import formatting
 
-    result, stored = outcome.result, outcome.stored
-    notable = [i for i in result.items if str(i.verdict) not in ("unchanged", "skipped")]
+    summary = outcome.terminal
+    assert summary is not None, "perfguard.api.check fills outcome.terminal"
     style = {"regression": "bold red", "broken": "bold red", "failed": "red", "improvement": "green",
-             "unstable": "yellow", "accepted": "cyan"}  # fmt: skip
-    rows = []
-    for item in notable:
-        ci = f"{item.ci_low:.2f}–{item.ci_high:.2f}" if item.ci_low and item.ci_high else ""
-        rows.append((
-            str(item.verdict),
-            item.impl,
-            formatting.metric_label(item.benchmark),
-            formatting.params_label({k: v for k, v in item.params.items() if k != "impl"}),
-            f"{item.ratio:.3f}" if item.ratio is not None else "",
-            ci,
-            f"{item.p_value:.1g}" if item.p_value is not None else "",
-            item.reason,
-        ))  # fmt: skip
+             "accepted": "cyan"}  # fmt: skip
     console = stdout_console(180)
-    if notable:
-        columns = ("verdict", "impl", "benchmark", "params", "ratio", "95% CI", "p", "reason")
-        title = f"perfguard check {stored.id}: {stored.verdict}"
-        styles = (style.get(str(i.verdict)) for i in notable)
-        console.print(text_table(title, columns, rows, styles=styles, overflow="fold"))
-    counts = ", ".join(f"{v} {n}" for v, n in result.counts().items() if n)
-    console.print(Text(outcome.headline))
-    console.print(Text(f"{len(result.items)} items: {counts}"), style="dim")
+    if summary.rows:
+        rows = [row.cells for row in summary.rows]
+        styles = (style.get(row.verdict) for row in summary.rows)
+        console.print(text_table(summary.title, summary.columns, rows, styles=styles, overflow="fold"))
+    for line in summary.unstable:  # a sentence a line, not folded: a CI log keeps it greppable
+        console.print(Text(line), style="yellow", soft_wrap=True)
+    if summary.also:
+        console.print(Text(summary.also), soft_wrap=True)
+    console.print(Text(summary.headline))
+    console.print(Text(summary.counts), style="dim")

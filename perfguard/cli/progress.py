@@ -31,16 +31,19 @@ class _PlainReporter:
     """One line per message and per finished benchmark (CI logs)."""
 
     def __init__(self) -> None:
-        self._last = -1
+        self._last: tuple[int, int | None, str] | None = None
 
     def say(self, message: str) -> None:
         say(message)
 
     def progress(self, p: Progress) -> None:
-        if p.done != self._last and p.latest:
+        # Keyed on the line, not on the count alone: every round counts from 1 again, so a round of
+        # one benchmark after another one printed nothing (the re-measurement of one suspect).
+        line = (p.done, p.total, p.latest)
+        if line != self._last and p.latest:
             total = f"/{p.total}" if p.total else ""
             click.echo(f"  [{p.done}{total}] {p.latest}", err=True)
-            self._last = p.done
+            self._last = line
 
 
 def _interactive(err: Console) -> bool:
