@@ -28,9 +28,10 @@ DECIDING_IMPLS = 3
 DECIDING_CASES = 3
 #: Past this many rounds a side an estimate is not advice any more.
 MAX_USEFUL_ROUNDS = 60
-#: Process-to-process noise of graph-replayed timings on an H100 (docs/calibration.md: against
-#: 2.5-24% for process CPU time on the 2-core VM): what a GPU runner would change.
-GPU_PROCESS_CV = "0.3–0.6%"
+#: Process-to-process noise (CV) of graph-replayed timings measured on an H100: 0.0-0.41% for every
+#: timing measured so far (docs/perf/calibration.md sections 1-2, docs/perf/check.md section 3; up to
+#: 7 implementations), against 2.5-24% for process CPU time on the 2-core VM: what a GPU runner changes.
+GPU_PROCESS_CV = "0.0–0.4%"
 
 
 @dataclass(frozen=True)
