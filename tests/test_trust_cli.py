@@ -7,14 +7,16 @@
 - W3: the compilation caches of an untrusted check's benchmark processes are the ``untrusted``
   domain's, never the directory a trusted (baseline) run loads kernels from.
 - D6: an interruption after a side was stored says so, instead of "nothing was stored".
-- Hostile names (rich markup, HTML, SQL, a formula, ``../``, unicode) go through ``run`` and
-  ``check`` without a crash and are printed as written.
+- Hostile names (rich markup, HTML, SQL, a formula, ``../``, unicode), one implementation each, go
+  through ``run``, ``check``, ``history``, ``report --check`` and the site without a crash and are
+  shown as written, in the terminal and in a real browser (no script of one runs).
 
 The verdicts asserted come from the work metrics (exact on a busy CI machine).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -24,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from browser_support import open_page
 from test_check_cli import (
     BENCH,
     build_origin,
@@ -202,38 +205,189 @@ def test_an_interruption_after_a_side_was_stored_says_so(repo: Path, tmp_path: P
 
 
 HOSTILE = "evil[/oops]<script>alert(1)</script>'; DROP TABLE runs;--=1+1../ß"
+#: One implementation per hostile kind (issue 13's done-when), plus all of them in one name.
+HOSTILE_NAMES = (
+    HOSTILE,
+    "<script>alert(1)</script>",
+    "x'; DROP TABLE results; --",
+    "[/oops]",
+    "ring[fp8]",
+    '=HYPERLINK("http://x")',
+    "注意-ñ-🚀",
+    "../../etc/passwd",
+)
 HOSTILE_IMPL = f"""
 
-# --- tests/test_trust_cli.py: an implementation with a hostile name ---
+# --- tests/test_trust_cli.py: implementations with hostile names (dilated's code under each) ---
 import dataclasses as _hostile_dc
 
-_hostile_spec = _hostile_dc.replace(REGISTRY["dilated"], name={HOSTILE!r})
-REGISTRY = _fixture_types.MappingProxyType({{**REGISTRY, {HOSTILE!r}: _hostile_spec}})
+REGISTRY = _fixture_types.MappingProxyType(
+    {{**REGISTRY, **{{n: _hostile_dc.replace(REGISTRY["dilated"], name=n) for n in {HOSTILE_NAMES!r}}}}}
+)
 """
 HOSTILE_FACTORY = f"""
 
-# --- tests/test_trust_cli.py: the factory knows it ---
-CLASSES = MappingProxyType({{**CLASSES, {HOSTILE!r}: "attention.dilated:DilatedAttention"}})
+# --- tests/test_trust_cli.py: the factory knows them ---
+CLASSES = MappingProxyType(
+    {{**CLASSES, **dict.fromkeys({HOSTILE_NAMES!r}, "attention.dilated:DilatedAttention")}}
+)
 """
+HOSTILE_DOUBLE = f"""
+
+# --- tests/test_trust_cli.py: every hostile implementation does twice the work ---
+_hostile_build = ImplSpec.build
 
 
-def test_hostile_names_go_through_run_and_check_as_written(repo: Path, tmp_path: Path) -> None:
+def _hostile_double(self, *args, **kwargs):
+    module = _hostile_build(self, *args, **kwargs)
+    if self.name in {HOSTILE_NAMES!r}:
+        forward = module.forward
+
+        def twice(*a, **k):
+            forward(*a, **k)
+            return forward(*a, **k)
+
+        module.forward = twice
+    return module
+
+
+ImplSpec.build = _hostile_double
+"""
+#: The work metrics of every hostile implementation at the smallest length: exact, and seconds a round.
+HOSTILE_BENCH = r"Work\.track_forward_(flops|ops|allocated)\((?!'(dilated|improved)').*, 512,"
+#: A spreadsheet reads a cell that starts with one of these as a formula (OWASP, "CSV Injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+WIDE = {"COLUMNS": "400"}  # no cell of a terminal table is cut or wrapped
+
+
+def test_hostile_names_go_through_every_command_and_page_as_written(repo: Path, tmp_path: Path) -> None:
+    """run, check (terminal, Markdown, HTML, JSON), history, report --check and the site.
+
+    Every name is shown as written (rich markup not applied, HTML not parsed, Markdown not
+    interpreted), no script of one runs in a browser, no file lands where a name points (``../``)
+    and no CSV cell starts a formula.  The hostile implementations regress (twice the work), so
+    every view lists them: the check's table, its reports and the site's marks.
+    """
     db = sqlite_url(tmp_path)
     with (repo / "attention" / "registry.py").open("a") as fh:
         fh.write(HOSTILE_IMPL)
     with (repo / "attention" / "factory.py").open("a") as fh:
         fh.write(HOSTILE_FACTORY)
     git(repo, "commit", "-qam", "hostile")
-    bench = r"Work\.track_forward_ops\(.evil"  # repr() quotes the name with " (it holds a ')
-    run = perfguard(repo, "run", "--bench", bench, "--rounds", "1", db=db)
+    base = git(repo, "rev-parse", "HEAD")
+    run = perfguard(repo, "run", "--bench", HOSTILE_BENCH, "--rounds", "1", db=db, env=WIDE)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "Traceback" not in run.stderr and "[/oops]" in run.stdout
+    assert "Traceback" not in run.stderr
+    _assert_all_shown(run.stdout)
+    with (repo / "attention" / "registry.py").open("a") as fh:
+        fh.write(HOSTILE_DOUBLE)
+    git(repo, "commit", "-qam", "hostile implementations do twice the work")
     out = tmp_path / "c.json"
-    check = perfguard(repo, "check", "--baseline", "main", "--bench", bench, "--rounds", "1", "--no-verify",
-                      "--fresh", "--json", str(out), "--markdown", str(tmp_path / "c.md"),
-                      "--html", str(tmp_path / "c.html"), db=db)  # fmt: skip
-    assert check.returncode == 0, check.stdout + check.stderr
+    check = perfguard(repo, "check", "--baseline", base, "--bench", HOSTILE_BENCH, "--rounds", "1",
+                      "--no-verify", "--json", str(out), "--markdown", str(tmp_path / "c.md"),
+                      "--html", str(tmp_path / "c.html"), db=db, env=WIDE)  # fmt: skip
+    assert check.returncode == 1, check.stdout + check.stderr
     assert "Traceback" not in check.stderr
-    items = json.loads(out.read_text())["items"]
-    assert {i["impl"] for i in items} == {HOSTILE}
+    _assert_all_shown(check.stdout)  # the verdict table
+    document = json.loads(out.read_text())
+    assert {i["impl"] for i in document["items"]} == set(HOSTILE_NAMES)
+    assert all(i["verdict"] == "regression" and i["ratio"] == pytest.approx(2.0) for i in document["items"])
     assert "<script>alert(1)</script>" not in (tmp_path / "c.html").read_text()
+
+    history = perfguard(repo, "history", db=db, env=WIDE)
+    assert history.returncode == 0, history.stderr
+    for name in HOSTILE_NAMES:
+        assert f"impl={name}," in history.stdout, name
+    series = json.loads(perfguard(repo, "history", "--json", "-", db=db).stdout)["series"]
+    assert {s["impl"] for s in series} == set(HOSTILE_NAMES)
+
+    stored = tmp_path / "stored"
+    stored.mkdir()
+    rendered = perfguard(repo, "report", "--check", str(document["check_id"]), "--json",
+                         str(stored / "c.json"), "--markdown", str(stored / "c.md"), "--html",
+                         str(stored / "c.html"), db=db)  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    assert json.loads((stored / "c.json").read_text())["items"] == document["items"]
+
+    before = _files(tmp_path)
+    site = perfguard(repo, "report", "--out", str(tmp_path / "site"), db=db)
+    assert site.returncode == 0, site.stderr
+    written = _files(tmp_path) - before
+    assert written and all(p.startswith("site/") for p in written), written  # nothing where a ../ points
+    assert not (tmp_path / "etc").exists() and not (tmp_path.parent / "etc").exists()
+    _assert_csv_inert(tmp_path / "site" / "data" / "history.csv")
+
+    # Last, in the real browser (skipped where there is none): what a reader sees.
+    for markdown in (tmp_path / "c.md", stored / "c.md"):
+        html = markdown.with_suffix(".md.html")
+        html.write_text(_rendered_markdown(markdown.read_text()), encoding="utf-8")
+        _assert_all_shown(*_browse([html]))
+    for shown in _browse([tmp_path / "c.html", stored / "c.html"], inline_scripts=1):  # the report's own
+        _assert_all_shown(shown)
+    _assert_all_shown(*_browse([tmp_path / "site" / "index.html"]))
+    _assert_all_shown("".join(_browse(sorted((tmp_path / "site" / "bench").glob("*.html")))))
+    _browse(sorted((tmp_path / "site").glob("*.html")))  # compare, memory, work, ranks, regressions
+
+
+def _assert_all_shown(text: str) -> None:
+    """Every hostile name is in ``text`` exactly as written."""
+    for name in HOSTILE_NAMES:
+        assert name in text, f"{name!r} not shown as written in:\n{text}"
+
+
+def _files(root: Path) -> set[str]:
+    """Every file under ``root``: what a command wrote is the difference of two of these."""
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+def _assert_csv_inert(path: Path) -> None:
+    """No text cell starts a formula; a name that would is written as text (a leading ')."""
+    with path.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["impl"].removeprefix("'") for r in rows} >= set(HOSTILE_NAMES)
+    for row in rows:
+        for cell in row.values():
+            assert not cell.startswith(FORMULA_STARTS) or _number(cell), row
+    assert "'" + '=HYPERLINK("http://x")' in {r["impl"] for r in rows}
+
+
+def _number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _rendered_markdown(markdown: str) -> str:
+    """The Markdown as a CommonMark renderer with raw HTML allowed (GitHub's job summary) makes it."""
+    from markdown_it import MarkdownIt  # rich's Markdown parser
+
+    body = MarkdownIt("commonmark", {"html": True}).enable("table").render(markdown)
+    return f'<!doctype html><html><head><meta charset="utf-8"></head><body>{body}</body></html>'
+
+
+def _browse(pages: list[Path], *, inline_scripts: int = 0) -> list[str]:
+    """Open ``pages`` in Chromium and return their text, asserting that nothing a name holds ran.
+
+    No dialog (``alert``), console or page error (an inline script the policy blocks is a console
+    error) or request; no script element but the page's own: the site's file, its JSON data blocks
+    and ``inline_scripts`` inline ones.
+    """
+    assert pages
+    visit = open_page(pages[0].as_uri())
+    texts = []
+    try:
+        for page in pages:
+            visit.goto(page.as_uri())
+            visit.assert_clean()
+            scripts = visit.page.eval_on_selector_all(
+                "script", "els => els.map(e => e.getAttribute('src') || e.getAttribute('type') || '')"
+            )
+            others = [s for s in scripts if not s.endswith("static/perfguard.js") and s != "application/json"]
+            assert others == [""] * inline_scripts, (page, scripts)
+            visit.page.eval_on_selector_all("details", "els => els.forEach(e => { e.open = true; })")
+            texts.append(visit.page.inner_text("body"))  # what a reader sees, every section opened
+    finally:
+        visit.close()
+    return texts
