@@ -36,6 +36,8 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
+from tests.helpers.project import planted
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = r"(Forward\.track_time|Work\.track_forward_(flops|ops|allocated))\('(dilated|improved)', 512,"
 WORK = {"flops", "ops", "allocated"}
@@ -48,32 +50,8 @@ import types as _fixture_types
 REGISTRY = _fixture_types.MappingProxyType({k: REGISTRY[k] for k in ("dilated", "improved")})
 """
 
-DOUBLE = """
-
-# --- tests/test_check_cli.py: `dilated` does twice the work ---
-_double_build = ImplSpec.build
-
-
-def _double(self, *args, **kwargs):
-    module = _double_build(self, *args, **kwargs)
-    if self.name == "dilated":
-        forward = module.forward
-
-        def twice(*a, **k):
-            forward(*a, **k)
-            return forward(*a, **k)
-
-        module.forward = twice
-    return module
-
-
-ImplSpec.build = _double
-"""
-
-QUADRUPLE = DOUBLE.replace("twice the work", "four times the work").replace(
-    "            forward(*a, **k)\n            return",
-    "            for _ in range(3):\n                forward(*a, **k)\n            return",
-)
+DOUBLE = planted(2, "double")
+QUADRUPLE = planted(4, "quadruple")
 
 WRONG = """
 

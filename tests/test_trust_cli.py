@@ -41,6 +41,7 @@ from test_check_cli import (
 
 from perfguard.profiles import SUITE_VERSION
 from perfguard.store import ResultRecord, RunRecord, Store
+from tests.helpers.project import planted
 
 MACHINE_KEY_CMD = [
     sys.executable,
@@ -232,27 +233,7 @@ CLASSES = MappingProxyType(
     {{**CLASSES, **dict.fromkeys({HOSTILE_NAMES!r}, "attention.dilated:DilatedAttention")}}
 )
 """
-HOSTILE_DOUBLE = f"""
-
-# --- tests/test_trust_cli.py: every hostile implementation does twice the work ---
-_hostile_build = ImplSpec.build
-
-
-def _hostile_double(self, *args, **kwargs):
-    module = _hostile_build(self, *args, **kwargs)
-    if self.name in {HOSTILE_NAMES!r}:
-        forward = module.forward
-
-        def twice(*a, **k):
-            forward(*a, **k)
-            return forward(*a, **k)
-
-        module.forward = twice
-    return module
-
-
-ImplSpec.build = _hostile_double
-"""
+HOSTILE_DOUBLE = planted(2, "hostile", impls=tuple(HOSTILE_NAMES))
 #: The work metrics of every hostile implementation at the smallest length: exact, and seconds a round.
 HOSTILE_BENCH = r"Work\.track_forward_(flops|ops|allocated)\((?!'(dilated|improved)').*, 512,"
 #: A spreadsheet reads a cell that starts with one of these as a formula (OWASP, "CSV Injection").

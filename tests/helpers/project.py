@@ -28,18 +28,19 @@ REGISTRY = _fixture_types.MappingProxyType({k: REGISTRY[k] for k in ("dilated", 
 """
 
 
-def planted(times: int, tag: str = "") -> str:
-    """Registry code that makes ``dilated``'s forward run ``times`` times (its work x ``times``)."""
+def planted(times: int, tag: str = "", impls: tuple[str, ...] = ("dilated",)) -> str:
+    """Registry code that makes the forward of ``impls`` run ``times`` times (their work x ``times``)."""
     name = f"_planted_{times}{tag}"
+    who = ", ".join(impls)
     return f"""
 
-# --- tests/helpers/project.py: `dilated` does {times} times the work{f" ({tag})" if tag else ""} ---
+# --- tests/helpers/project.py: {who} does {times} times the work{f" ({tag})" if tag else ""} ---
 {name}_build = ImplSpec.build
 
 
 def {name}(self, *args, **kwargs):
     module = {name}_build(self, *args, **kwargs)
-    if self.name == "dilated":
+    if self.name in {tuple(impls)!r}:
         forward = module.forward
 
         def repeated(*a, **k):
