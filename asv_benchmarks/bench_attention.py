@@ -11,6 +11,7 @@
 | ``Work.track_forward_kernels`` | kernels | CUDA kernels one forward launches (CUDA) |
 | ``Work.track_forward_allocated`` | bytes | bytes of new tensors one forward allocates |
 | ``Work.track_forward_backward_*`` | | the same four for forward + backward |
+| ``Backends.track_time`` | seconds | ``improved``'s forward on each attention kernel (reported) |
 
 Times come from :func:`perfguard.timing.time_call` (CUDA-graph replay where the module can be
 captured, flushed L2, warm-up as long as the GPU needs, sampling until the median is known
@@ -49,8 +50,10 @@ MODULE = __name__.rsplit(".", 1)[-1]
 _SETTINGS: dict[str, Any] = {}
 
 
-def _params(impl: str, seq_len: int, dtype: str) -> dict[str, Any]:
-    return {"impl": impl, "seq_len": seq_len, "dtype": dtype}
+def _params(case: cases.Case) -> dict[str, Any]:
+    """The case's asv parameters by name, in the suite's order (the round worker matches on them)."""
+    kernel = {} if case.backend is None else {"backend": case.backend}
+    return {"impl": case.impl, **kernel, "seq_len": case.seq_len, "dtype": case.dtype}
 
 
 @contextmanager
@@ -74,13 +77,16 @@ class _Suite:
     def setup(self, impl: str, seq_len: int, dtype: str) -> None:
         if self.needs_cuda and DEVICE != "cuda":
             raise cases.Unsupported("peak GPU memory needs CUDA")
+        self._build(impl, seq_len, dtype)
+
+    def _build(self, impl: str, seq_len: int, dtype: str, backend: str | None = None) -> None:
         if not _SETTINGS:
             _SETTINGS.update(timing.pin_settings(DEVICE))
-        self.measured = passes.current(impl, seq_len, dtype, DEVICE, PROFILE)
+        self.measured = passes.current(impl, seq_len, dtype, DEVICE, PROFILE, backend=backend)
         if self.measured.case is None:
             raise cases.Unsupported(self.measured.unsupported or "cannot run here")
 
-    def teardown(self, impl: str, seq_len: int, dtype: str) -> None:
+    def teardown(self, *params: Any) -> None:
         # The benchmark object lives as long as the process: holding the case here would keep its
         # GPU memory (module, inputs, graphs) alive after the next case replaced it.
         self.measured = None
@@ -95,9 +101,7 @@ class _Suite:
         info = {**case.info, **outcome.info, "settings": dict(_SETTINGS), "profile": PROFILE.name}
         info["steps_s"] = dict(p.log)
         outcome.info = info
-        return measurement.record(
-            f"{MODULE}.{benchmark}", _params(case.impl, case.seq_len, case.dtype), outcome
-        )
+        return measurement.record(f"{MODULE}.{benchmark}", _params(case), outcome)
 
     def _time(self, benchmark: str, pass_name: str) -> float:
         p = self._pass(pass_name)
@@ -206,3 +210,41 @@ class Work(_Suite):
     track_forward_ops.unit = track_forward_backward_ops.unit = "aten ops"  # type: ignore[attr-defined]
     track_forward_kernels.unit = track_forward_backward_kernels.unit = "kernels"  # type: ignore[attr-defined]
     track_forward_allocated.unit = track_forward_backward_allocated.unit = "bytes"  # type: ignore[attr-defined]
+
+
+def _backend_lengths() -> list[int]:
+    """The lengths of the backends comparison: the profile's on a GPU, its shortest on the CPU.
+
+    On the CPU the comparison is a smoke test of the benchmark itself (cpu_flash, math and eager
+    flex at 512 tokens in ``quick``): three numbers instead of six keep the CPU rounds of every
+    check short.
+    """
+    return list(PROFILE.seq_lens) if DEVICE == "cuda" else list(PROFILE.seq_lens[:1])
+
+
+class Backends(_Suite):
+    """``improved``'s forward pass on each attention kernel: which is fastest here, at which length.
+
+    The kernels are ``attention.backends``' (SDPA's cuDNN, flash, memory-efficient and math, CPU
+    flash, FlexAttention, flash-attn and xformers when installed).  One that cannot run this device,
+    dtype and head size is skipped with ``attention``'s reason; one that fails at its first call and
+    leaves the work to another kernel is skipped too (:func:`perfguard.cases.first_call_of`).  Timed
+    like ``Forward.track_time`` (graph replay on CUDA, process CPU time on the CPU).  Reported,
+    never gated (:data:`perfguard.suite.BACKENDS`); the site's ``backends.html`` draws it.
+    """
+
+    params = (
+        [cases.BACKEND_IMPL] if cases.BACKEND_IMPL in names() else [],
+        list(cases.kernels()),
+        _backend_lengths(),
+        list(PROFILE.dtypes(DEVICE)),
+    )
+    param_names = ("impl", "backend", "seq_len", "dtype")
+
+    def setup(self, impl: str, backend: str, seq_len: int, dtype: str) -> None:  # type: ignore[override]
+        self._build(impl, seq_len, dtype, backend)
+
+    def track_time(self, impl: str, backend: str, seq_len: int, dtype: str) -> float:
+        return self._time("Backends.track_time", "forward")
+
+    track_time.unit = "seconds"  # type: ignore[attr-defined]

@@ -9,15 +9,20 @@ step).  It also knows the work it stands for: tokens per call and the attended-p
 forward pass (``research/gpu_timing.md`` §3: 4·d FLOPs per attended (head, query, key) pair,
 counting multiplicity; backward 2.5× forward), from which perfguard derives tokens/s and TFLOP/s.
 
+A case may name the attention kernel its module runs (``backend``: ``improved`` on cuDNN, flash,
+math, ... for the backends comparison, :data:`BACKEND_IMPL`); the kernel is then part of the case.
+
 A case that cannot run here raises :class:`Unsupported` (a ``NotImplementedError``, which asv
 reports as *skipped*, never as failed): CUDA asked for but absent, a dtype the implementation does
-not support, a size that does not fit the GPU, or a CPU run of a length beyond
-:data:`CPU_MAX_SEQ_LEN`.
+not support, a size that does not fit the GPU, a CPU run of a length beyond
+:data:`CPU_MAX_SEQ_LEN`, or a kernel that cannot run this device, dtype and head size (with
+``attention``'s own reason), or that failed at its first call and left the work to another kernel.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,8 +38,21 @@ CPU_MAX_SEQ_LEN = 16384
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
+#: The implementation the backends comparison runs on each kernel (its ``backend=`` argument).
+BACKEND_IMPL = "improved"
 
-__all__ = ["SUITE_VERSION", "Case", "Unsupported", "build", "device_from_environment", "first_call"]
+
+__all__ = [
+    "BACKEND_IMPL",
+    "SUITE_VERSION",
+    "Case",
+    "Unsupported",
+    "build",
+    "device_from_environment",
+    "first_call",
+    "first_call_of",
+    "kernels",
+]
 
 
 class Unsupported(NotImplementedError):
@@ -65,6 +83,7 @@ class Case:
     config: dict[str, Any]
     tokens: int
     forward_flops: float
+    backend: str | None = None  # the attention kernel asked for by name (None: the module's default)
     _grad_inputs: tuple[torch.Tensor, ...] = field(default=(), repr=False)
     _grad_out: torch.Tensor | None = field(default=None, repr=False)
 
@@ -131,7 +150,34 @@ def _attended_pairs(module: torch.nn.Module, seq_len: int, num_heads: int) -> in
     )
 
 
-def build(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Profile) -> Case:
+def kernels() -> tuple[str, ...]:
+    """The attention kernels the measured commit's ``attention`` can be asked for by name.
+
+    Empty for a commit that predates ``attention.backends`` (a baseline measured through the
+    import shim): its suite then has no backends comparison rather than an import error.
+    """
+    try:
+        from attention.backends import KERNELS
+    except ImportError:
+        return ()
+    return tuple(KERNELS)
+
+
+def _unavailable(backend: str, device: str, dtype: str, head_dim: int) -> str | None:
+    """``attention.backends``' reason why ``backend`` cannot run here (None: it can)."""
+    try:
+        from attention.backends import available
+    except ImportError:
+        return "this commit's attention cannot be asked for a kernel (no attention.backends)"
+    reasons = dict(available(device, DTYPES[dtype], head_dim))
+    if backend not in reasons:
+        return f"this commit's attention has no kernel {backend!r}"
+    return reasons[backend]
+
+
+def build(
+    impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Profile, *, backend: str | None = None
+) -> Case:
     """Build the case for one benchmark x params, or raise :class:`Unsupported`."""
     from attention.registry import get
 
@@ -150,6 +196,11 @@ def build(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Pr
 
     shape = profile.shape(device)
     overrides: dict[str, Any] = dict(profiles.dilation_for(seq_len))
+    if backend is not None:
+        why = _unavailable(backend, device, dtype, shape.head_dim)
+        if why is not None:
+            raise Unsupported(why)
+        overrides["backend"] = backend
     if spec.multihead:
         overrides.update(embed_dim=shape.num_heads * shape.head_dim, num_heads=shape.num_heads)
     else:
@@ -174,6 +225,7 @@ def build(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Pr
         config=_jsonable(config),
         tokens=shape.batch * seq_len,
         forward_flops=4.0 * shape.batch * pairs * shape.head_dim,
+        backend=backend,
     )
 
 
@@ -195,3 +247,34 @@ def first_call(fn: Callable[[], Any], device: str) -> None:
             torch.cuda.synchronize()
     except torch.cuda.OutOfMemoryError as exc:
         raise Unsupported(f"does not fit the GPU: {str(exc).splitlines()[0]}") from None
+
+
+def first_call_of(case: Case, fn: Callable[[], Any]) -> None:
+    """:func:`first_call`; for a case on a named kernel, also that the kernel is the one that ran.
+
+    A kernel that passes ``attention``'s capability checks can still fail at run time; the engine
+    then switches it off for this (device, dtype, head_dim) and runs the next one with a
+    ``RuntimeWarning``.  A time taken after that would be another kernel's under this one's name,
+    so the case is skipped instead, with the engine's message as the reason.
+    """
+    if case.backend is None:
+        first_call(fn, case.device)
+        return
+    from attention._kernels import KernelSet
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        first_call(fn, case.device)
+    said = ""
+    for w in caught:  # the engine's fallback message is the reason; anything else is shown as usual
+        if not said and issubclass(w.category, RuntimeWarning) and repr(case.backend) in str(w.message):
+            said = str(w.message)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    head_dim = int(case.config.get("head_dim", 0))
+    running = KernelSet(torch.device(case.device), DTYPES[case.dtype], head_dim, case.backend).name
+    if running != case.backend:
+        raise Unsupported(
+            f"the {case.backend} kernel failed here at run time and {case.impl} fell back to {running}"
+            + (f": {said}" if said else "")
+        )

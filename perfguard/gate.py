@@ -10,9 +10,10 @@
 3. Whatever is not stored yet for either side is measured now (a commit in a temporary git
    worktree, HEAD in the work tree), both sides interleaved A B B A …, and stored (one transaction
    per side; an untrusted check stores in its own results store).
-4. A baseline benchmark that failed in a stored round (a killed or crashed round) is re-measured;
-   if it still fails the check fails closed (exit 2 naming it): a broken baseline never ungates
-   a benchmark.
+4. A gated baseline benchmark that failed in a stored round (a killed or crashed round) is
+   re-measured; if it still fails the check fails closed (exit 2 naming it): a broken baseline
+   never ungates a benchmark.  A reported one (the per-kernel times) gates nothing: it stays
+   failed in the baseline and the report says so.
 5. Stage 1 compares every benchmark x params (:func:`perfguard.compare.compare_suite`); stage 2
    re-measures the timing suspects, baseline and HEAD interleaved in fresh processes, with a
    profiler breakdown of their cases, and decides them on that alone.
@@ -287,10 +288,18 @@ def _failed_keys(rounds: Sequence[Sequence[Any]]) -> dict[tuple[str, str], Any]:
     return failed
 
 
+def _gates(config: Any, result: Any) -> bool:
+    """Whether a stored result can fail a check: its kind's ``gated``, unless the configuration says
+    otherwise (``gate = true / false`` for it, as :mod:`perfguard.compare.rule` decides)."""
+    rule = config.rule_for(result.impl, result.benchmark, result.metric, result.params)
+    return bool(result.gated) if rule.gate is None else bool(rule.gate)
+
+
 def _heal_baseline(
     bench: Bench, base_sha: str, base_rounds: list[list[Any]], head_rounds: list[list[Any]], rounds: int
 ) -> list[list[Any]]:
-    """Re-measure every baseline benchmark that failed in a stored round; fail closed if it still fails.
+    """Re-measure every gated baseline benchmark that failed in a stored round; fail closed if it still
+    fails (a reported one decides nothing, so its failure is only reported).
 
     A round can fail for reasons that are not the baseline's code (the OOM killer, a runner shut
     down mid-round); taking such a result as "nothing to compare" would let any slowdown of that
@@ -299,7 +308,7 @@ def _heal_baseline(
     """
     from perfguard.suite import suspect_selection
 
-    failed = _failed_keys(base_rounds)
+    failed = {k: r for k, r in _failed_keys(base_rounds).items() if _gates(bench.config, r)}
     if not failed:
         return base_rounds
     names = ", ".join(f"{r.benchmark.split('.', 1)[-1]}({r.params_key})" for r in list(failed.values())[:5])

@@ -55,7 +55,7 @@ class Pass:
         """The first call (raises :class:`cases.Unsupported` when it does not fit the GPU)."""
         if not self._first:
             with _clock(self.log, "first_call_s"):
-                cases.first_call(self.fn, self.device)
+                cases.first_call_of(self.case, self.fn)
             self._first = True
 
     def memory(self) -> timing.Memory:
@@ -160,19 +160,28 @@ class CaseSlot:
     a case: :func:`cases.build` here, a rank's shard in :mod:`perfguard.shards`.
     """
 
-    def __init__(self, build: Callable[[str, int, str, str, profiles.Profile], cases.Case]) -> None:
+    def __init__(self, build: Callable[..., cases.Case]) -> None:
         self._build = build
-        self._current: tuple[tuple[str, int, str, str, str], Measured] | None = None
+        self._current: tuple[tuple[str, int, str, str, str, str | None], Measured] | None = None
 
     def current(
-        self, impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Profile
+        self,
+        impl: str,
+        seq_len: int,
+        dtype: str,
+        device: str,
+        profile: profiles.Profile,
+        *,
+        backend: str | None = None,
     ) -> Measured:
-        key = (impl, seq_len, dtype, device, profile.name)
+        """``backend``: the attention kernel the case's module runs (``cases.build``), None: its default."""
+        key = (impl, seq_len, dtype, device, profile.name, backend)
         if self._current is not None and self._current[0] == key:
             return self._current[1]
         self.release()
+        extra = {} if backend is None else {"backend": backend}
         try:
-            measured = Measured(self._build(impl, seq_len, dtype, device, profile), None)
+            measured = Measured(self._build(impl, seq_len, dtype, device, profile, **extra), None)
         except cases.Unsupported as exc:
             measured = Measured(None, str(exc))
         self._current = (key, measured)
@@ -198,9 +207,11 @@ class CaseSlot:
 _SLOT = CaseSlot(cases.build)
 
 
-def current(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Profile) -> Measured:
+def current(
+    impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Profile, *, backend: str | None = None
+) -> Measured:
     """The case for these parameters, built once; building another one frees this one first."""
-    return _SLOT.current(impl, seq_len, dtype, device, profile)
+    return _SLOT.current(impl, seq_len, dtype, device, profile, backend=backend)
 
 
 def current_measured() -> Measured | None:

@@ -26,6 +26,9 @@ from perfguard.store.records import ResultRecord
 SUITE_MODULE = SUITE
 #: The parameters of the suite's benchmarks, in asv's order (a derived result records none).
 PARAM_NAMES = ("impl", "seq_len", "dtype")
+#: The implementation the backends comparison times on each kernel (``perfguard.cases.BACKEND_IMPL``,
+#: not imported: that module imports torch, and this one is read by every command).
+BACKEND_IMPL = "improved"
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,13 @@ for _pass in ("forward", "forward_backward"):
     _KINDS[f"Work.track_{_pass}_allocated"] = Kind("allocated", "bytes", "lower", True)
     # the distributed suite: seconds of communication per call, reported (its share is in info)
     _KINDS[f"Communication.track_{_pass}"] = Kind("time", "seconds", "lower", False)
+#: ``improved``'s forward time on each attention kernel: reported, never gated.  It compares kernels
+#: on one machine (which is fastest where), not commits; a kernel that gets slower is torch's or
+#: the driver's business, and ``Forward.track_time`` gates the kernel ``improved`` really runs.
+BACKENDS = "Backends.track_time"
+_KINDS[BACKENDS] = Kind("time", "seconds", "lower", False)
+#: The benchmarks over ``impl x seq_len x dtype`` (the backends comparison adds ``backend``).
+_PER_IMPL = tuple(name for name in _KINDS if name != BACKENDS)
 _UNIT_KINDS = {
     "seconds": Kind("time", "seconds", "lower", True),
     "bytes": Kind("memory", "bytes", "lower", True),
@@ -60,18 +70,27 @@ THROUGHPUT = Kind("throughput", "tokens/s", "higher", False)
 EFFICIENCY = Kind("efficiency", "TFLOP/s", "higher", False)
 
 
-def suite_labels(impls: Iterable[str], seq_lens: Iterable[int], dtypes: Iterable[str]) -> list[str]:
+def suite_labels(
+    impls: Iterable[str], seq_lens: Iterable[int], dtypes: Iterable[str], kernels: Iterable[str] = ()
+) -> list[str]:
     """asv's ``name(params)`` labels of the suites' benchmarks for these parameters (``--bench`` matching).
 
-    The single-process suite's, and the distributed suite's for the implementations it runs.
+    The single-process suite's, the distributed suite's for the implementations it runs, and the
+    backends comparison's (``impl, backend, seq_len, dtype``) for :data:`BACKEND_IMPL` on ``kernels``.
     """
     out = []
+    kernels = list(kernels)
     for impl in impls:
         suites = (SUITE_MODULE, DISTRIBUTED_SUITE) if impl in DISTRIBUTED_IMPLS else (SUITE_MODULE,)
         for seq_len in seq_lens:
             for dtype in dtypes:
                 params = f"({impl!r}, {seq_len!r}, {dtype!r})"
-                out += [f"{suite}.{name}{params}" for suite in suites for name in _KINDS]
+                out += [f"{suite}.{name}{params}" for suite in suites for name in _PER_IMPL]
+                if impl == BACKEND_IMPL:
+                    out += [
+                        f"{SUITE_MODULE}.{BACKENDS}({impl!r}, {kernel!r}, {seq_len!r}, {dtype!r})"
+                        for kernel in kernels
+                    ]
     return out
 
 

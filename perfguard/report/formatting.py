@@ -40,6 +40,8 @@ BENCHMARK_LABELS = {
     # the distributed suite (bench_distributed): seconds per call spent communicating
     "Communication.track_forward": "forward communication",
     "Communication.track_forward_backward": "forward+backward communication",
+    # improved's forward on each attention kernel (params: backend), reported
+    "Backends.track_time": "per-kernel forward time",
 }
 #: Reported numbers computed from another benchmark's samples.  Mirrors
 #: ``perfguard.compare.DERIVED_FROM`` (not imported: compare pulls scipy into every report;

@@ -10,6 +10,8 @@ in the pages as JSON blocks, no request of any kind, guarded by a Content-Securi
 ``compare.html``            implementations against each other over sequence length, with crossovers
 ``memory.html``             peak memory against sequence length, log-log, with the fitted exponent
 ``ranks.html``              the distributed suite against the number of ranks (GPUs), with the ideal
+``backends.html``           ``improved`` on each attention kernel over sequence length at the latest commit:
+                            fastest marked, kernels that cannot run with why (:mod:`.backends`)
 ``regressions.html``        every marked change, newest first; every step ``perfguard changes`` stored and
                             every acceptance
 ``data/history.json|.csv``  every point of every series (downloads: :mod:`perfguard.report.downloads`)
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.errors import UsageError
+from perfguard.report import backends as backends_view
 from perfguard.report import formatting
 from perfguard.report import ranks as ranks_view
 from perfguard.report.charts import PALETTE, Flag, LineChart, Marker, line_chart, loglog_chart, sparkline
@@ -58,7 +61,8 @@ TIME_METRICS = ("time",)
 MEMORY_METRICS = ("memory",)
 #: Deterministic counts of one call (issue 12): FLOPs, aten ops, CUDA kernels, bytes allocated.
 WORK_METRICS = ("flops", "ops", "kernels", "allocated")
-#: What the index shows by default: the gated timings and memory (the rest behind a switch).
+#: What the index shows by default: the gated timings and memory (the rest behind a switch: derived
+#: and reported numbers such as the per-kernel times of ``backends.html``, and the work metrics).
 INDEX_METRICS = (*TIME_METRICS, *MEMORY_METRICS)
 
 
@@ -103,6 +107,8 @@ def build_site(
     machines, series = assemble(stored, machines_stored)
     # A series that was only ever skipped (peak GPU memory on a CPU) has nothing to draw.
     series = [s for s in series if s.points or s.failures]
+    # ... but the kernel comparison lists the kernels a machine skipped, with why: it keeps its own.
+    kernel_series = [st for st in stored if backends_view.is_backends(st.benchmark)]
     del stored
     mark_steps(series, threshold=step_threshold, workers=workers)
     mark_checks(series, vmarks)
@@ -232,6 +238,15 @@ def build_site(
         ],
     )
     write(
+        "backends.html",
+        "site/backends.html",
+        page="backends",
+        groups=[
+            GroupView(group=g, chart=backends_view.chart(g))
+            for g in backends_view.groups(kernel_series, slugs=slugs)
+        ],
+    )
+    write(
         "regressions.html",
         "site/regressions.html",
         page="regressions",
@@ -256,7 +271,7 @@ def build_site(
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     return SiteSummary(
         out_dir=out,
-        pages=len(pages) + 6,
+        pages=len(pages) + 7,
         series=len(series),
         points=sum(len(s.points) for s in series),
         commits=n_commits,
@@ -444,7 +459,7 @@ def _index_rows(
                 formatting.params_label(s.params),
                 slugs[s.page_key],
                 {},
-                primary=s.metric in INDEX_METRICS,
+                primary=s.gated and s.metric in INDEX_METRICS,
                 order=(s.impl, column_order(s.benchmark), formatting.natural_key(s.other_params)),
             ),
         )
