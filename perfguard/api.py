@@ -220,6 +220,7 @@ def check(
         trusted=not untrusted,
         results_db_url=results_db,
         cwd=cwd,
+        for_history=False,
     ) as b:
         outcome = run_check(
             b,
@@ -430,7 +431,13 @@ def bisect(
     from perfguard.bisect import bisect as run_bisect
 
     with _bench(
-        reporter, profile_name=profile, bench_regex=bench, db_url=db, threshold=threshold, cwd=cwd
+        reporter,
+        profile_name=profile,
+        bench_regex=bench,
+        db_url=db,
+        threshold=threshold,
+        cwd=cwd,
+        for_history=False,
     ) as b:
         return run_bisect(b, good, bad, rounds=rounds, direction=direction)
 

@@ -95,6 +95,9 @@ class Bench:
     work_dir: Path
     reporter: Reporter
     trusted: bool = True
+    # ``Class.method`` names left out of this invocation's rounds and reused results: the
+    # history-only benchmarks for a check, calibrate or bisect without --bench (suite.HISTORY_ONLY)
+    exclude: tuple[str, ...] = ()
     wrote: bool = False  # whether this invocation has stored anything yet (for interrupt messages)
     stack: ExitStack = field(default_factory=ExitStack)
     _worktrees: dict[str, Path] = field(default_factory=dict)
@@ -205,7 +208,11 @@ class Bench:
                 side = sides[s]
                 label = f"{side.label} round {index + 1}/{rounds}: "
                 round_ = self.runner.run(
-                    side.target, bench=selection, label=label, profile=profile if index == 0 else ()
+                    side.target,
+                    bench=selection,
+                    label=label,
+                    profile=profile if index == 0 else (),
+                    exclude=self.exclude if bench is None else (),
                 )
                 self.say(_round_line(side, index, rounds, round_))
                 records[s].append(self.run_record(round_, purpose, index, round_.results))
@@ -236,7 +243,7 @@ class Bench:
         """
         from perfguard.profiles import SUITE_VERSION
         from perfguard.store import MEASUREMENT_PURPOSES
-        from perfguard.suite import selected
+        from perfguard.suite import selected, short_name
 
         source = store if store is not None else self.baseline_store
         if source is None:
@@ -255,7 +262,11 @@ class Bench:
         found = source.results_for(key, sha, profile, purposes=kinds, trusted_only=trusted_only)
         for results in found.values():
             for result in results:
-                if result.run_id in by_run and selected(result, self.bench):
+                if (
+                    result.run_id in by_run
+                    and selected(result, self.bench)
+                    and short_name(result.benchmark) not in self.exclude
+                ):
                     by_run[result.run_id].append(result)
         return [by_run[r.id] for r in runs if by_run[r.id]]
 
@@ -320,8 +331,12 @@ def open_bench(
     trusted: bool = True,
     results_db_url: str | None = None,
     cwd: Path | None = None,
+    for_history: bool = True,
 ) -> Iterator[Bench]:
     """Everything a measurement needs, checked before any benchmark runs (bad input fails fast).
+
+    ``for_history=False`` (check, calibrate, bisect): without ``bench_regex`` the history-only
+    benchmarks (:data:`perfguard.suite.HISTORY_ONLY`, reported and never gated) are left out.
 
     ``trusted=False``: the history store (``db_url``) is opened read-only and everything this
     invocation writes goes to ``results_db_url`` (default: ``.perfguard/untrusted.db`` in the
@@ -334,6 +349,7 @@ def open_bench(
     from perfguard.machine import fingerprint, with_ranks
     from perfguard.rounds import RoundRunner
     from perfguard.store import Store, resolve_results
+    from perfguard.suite import HISTORY_ONLY
 
     root = repo_root(cwd)
     config = load_config(find_pyproject(root), threshold=threshold)
@@ -380,9 +396,10 @@ def open_bench(
                 trust="trusted" if trusted else "untrusted",
                 ranks=ranks,
             )
+            exclude = () if for_history or bench else HISTORY_ONLY
             bench_ctx = Bench(
                 root, machine, profile, machine.kind, store, baseline_store, runner, config, bench, work_dir,
-                reporter, trusted,
+                reporter, trusted, exclude,
             )  # fmt: skip
             with bench_ctx.stack:
                 if trusted:

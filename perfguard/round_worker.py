@@ -135,6 +135,7 @@ def run(spec: dict[str, Any]) -> int:
     device = spec.get("device", "cpu")
     suite = spec.get("suite")
     excluded = set(spec.get("exclude_suites") or ())
+    left_out = set(spec.get("exclude_benchmarks") or ())  # ``Class.method`` names (suite.HISTORY_ONLY)
     group = ranks.join(device) if ranks.launched() else None
     if group is not None:  # the parent makes sure no rank outlives the group (perfguard.rounds)
         Path(spec["output"]).with_name(f"rank{group.rank}.pid").write_text(str(os.getpid()))
@@ -146,6 +147,7 @@ def run(spec: dict[str, Any]) -> int:
             if getattr(b, "type", "") == "track"
             and (not suite or b.name.split(".", 1)[0] == suite)
             and b.name.split(".", 1)[0] not in excluded
+            and b.name.split(".", 1)[-1] not in left_out
         ]
         discovery_s = time.perf_counter() - _STARTED
         selected = [

@@ -170,12 +170,19 @@ class RoundRunner:
         compile_cache_env(trust)  # validates the domain now, not in the middle of a measurement
 
     def run(
-        self, target: Target, *, bench: Sequence[str] = (), label: str = "", profile: Sequence[str] = ()
+        self,
+        target: Target,
+        *,
+        bench: Sequence[str] = (),
+        label: str = "",
+        profile: Sequence[str] = (),
+        exclude: Sequence[str] = (),
     ) -> Round:
         """One round: every selected benchmark x params once, in one fresh process (more after a crash).
 
         ``profile``: regexes of benchmarks whose cases also get a profiler breakdown (the report's
-        "what changed underneath" table; the re-measurement stage asks for it).
+        "what changed underneath" table; the re-measurement stage asks for it).  ``exclude``:
+        ``Class.method`` names this round leaves out (:data:`perfguard.suite.HISTORY_ONLY`).
         """
         shim = import_shim(target.source, self.work_dir, self.benchmark_dir)
         output = shim / "round.jsonl"
@@ -217,6 +224,7 @@ class RoundRunner:
                 # a distributed profile runs its suite only; any other profile every suite but that one
                 "suite": self.profile.suite if self.profile.distributed else None,
                 "exclude_suites": [] if self.profile.distributed else [DISTRIBUTED_SUITE],
+                "exclude_benchmarks": list(exclude),
             }
             (shim / "spec.json").write_text(json.dumps(spec))
             offset = output.stat().st_size if output.exists() else 0

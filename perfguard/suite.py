@@ -59,6 +59,17 @@ for _pass in ("forward", "forward_backward"):
 #: the driver's business, and ``Forward.track_time`` gates the kernel ``improved`` really runs.
 BACKENDS = "Backends.track_time"
 _KINDS[BACKENDS] = Kind("time", "seconds", "lower", False)
+#: Benchmarks measured for the history only (``perfguard run``): reported, never gated, so the
+#: commands that decide something (check, calibrate, bisect) leave them out unless ``--bench`` asks
+#: for them, and a PR's rounds do not pay for them (8 kernels x the lengths, FlexAttention compiling).
+HISTORY_ONLY = (BACKENDS,)
+
+
+def short_name(benchmark: str) -> str:
+    """``Class.method`` of an asv name (``bench_attention.Forward.track_time`` -> ``Forward.track_time``)."""
+    return benchmark.split(".", 1)[1] if benchmark.count(".") >= 2 else benchmark
+
+
 #: The benchmarks over ``impl x seq_len x dtype`` (the backends comparison adds ``backend``).
 _PER_IMPL = tuple(name for name in _KINDS if name != BACKENDS)
 _UNIT_KINDS = {
@@ -96,7 +107,7 @@ def suite_labels(
 
 def kind_of(benchmark: str, unit: str | None) -> Kind:
     """The metric of a benchmark, by its name (``module.Class.method``) or else by its unit."""
-    short = benchmark.split(".", 1)[1] if benchmark.count(".") >= 2 else benchmark
+    short = short_name(benchmark)
     if short in _KINDS:
         return _KINDS[short]
     if unit in _UNIT_KINDS:

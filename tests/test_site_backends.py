@@ -171,3 +171,73 @@ def test_a_kernel_that_falls_back_at_its_first_call_is_skipped_not_timed(
     finally:
         passes.release()
         _kernels._disabled.discard(key)  # the engine's switch is per process: leave none behind
+
+
+def _plan(tmp_path: Path, exclude: list[str]) -> list[str]:
+    """The labels a real round worker plans for the math kernel's comparison at the CPU length."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from perfguard.profiles import DEVICE_ENV, DISTRIBUTED_SUITE, PROFILE_ENV
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / f"round-{len(exclude)}.jsonl"
+    spec = tmp_path / f"spec-{len(exclude)}.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "benchmark_dir": str(root / "asv_benchmarks"),
+                "bench": [rf"Backends\.track_time\('improved', 'math', {SEQ}, 'float32'\)"],
+                "only": None,
+                "profile": [],
+                "device": "cpu",
+                "output": str(out),
+                "suite": None,
+                "exclude_suites": [DISTRIBUTED_SUITE],
+                "exclude_benchmarks": exclude,
+            }
+        )
+    )
+    env = {**os.environ, PROFILE_ENV: "quick", DEVICE_ENV: "cpu", "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-m", "perfguard.round_worker", str(spec)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = [json.loads(line) for line in out.read_text().splitlines()]
+    (plan,) = [e for e in events if e["event"] == "plan"]
+    return list(plan["labels"])
+
+
+def test_a_check_leaves_the_comparison_out_of_its_rounds_and_a_run_keeps_it(tmp_path: Path) -> None:
+    """check, calibrate and bisect open their bench with ``for_history=False``: without --bench the
+    history-only benchmarks are not measured in their rounds (a PR does not pay for 8 kernels x the
+    lengths); ``perfguard run`` records them for the site.  The round worker is the one that obeys."""
+    from perfguard.suite import BACKENDS, HISTORY_ONLY
+
+    assert BACKENDS in HISTORY_ONLY and not kind_of(f"bench_attention.{BACKENDS}", "seconds").gated
+    assert _plan(tmp_path, list(HISTORY_ONLY)) == []
+    assert _plan(tmp_path, []) == [f"bench_attention.{BACKENDS}('improved', 'math', {SEQ}, 'float32')"]
+
+
+def test_check_calibrate_and_bisect_open_their_bench_without_the_history_only_benchmarks(
+    tmp_path: Path,
+) -> None:
+    from perfguard.measuring import QuietReporter, open_bench
+    from perfguard.suite import HISTORY_ONLY
+
+    repo = project_repo(tmp_path / "project")
+    db = f"sqlite:///{tmp_path / 'history.db'}"
+    common = {"profile_name": "quick", "db_url": db, "reporter": QuietReporter(), "cwd": repo}
+    with open_bench(bench_regex=None, for_history=False, **common) as bench:
+        assert bench.exclude == HISTORY_ONLY  # check, calibrate, bisect
+    with open_bench(bench_regex=None, **common) as bench:
+        assert bench.exclude == ()  # perfguard run records the history
+    with open_bench(bench_regex="Backends", for_history=False, **common) as bench:
+        assert bench.exclude == ()  # asked for by name

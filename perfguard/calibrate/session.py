@@ -92,7 +92,12 @@ def calibrate(
     with tempfile.TemporaryDirectory(prefix="perfguard-calibrate-") as scratch:
         url = db_url or f"sqlite:///{Path(scratch) / 'calibration.db'}"
         with open_bench(
-            profile_name=profile, bench_regex=bench_regex, db_url=url, reporter=reporter, cwd=root
+            profile_name=profile,
+            bench_regex=bench_regex,
+            db_url=url,
+            reporter=reporter,
+            cwd=root,
+            for_history=False,
         ) as bench:
             clock = PhaseClock(started)
             head = bench.head_side(tree)
