@@ -542,7 +542,16 @@ def test_a_run_killed_midway_exits_2_and_stores_nothing(repo: Path, tmp_path: Pa
     env = {**os.environ, "PERFGUARD_DB": db, "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "perfguard", "run", "--bench", BENCH, "--rounds", "3"]
     proc = subprocess.Popen(
-        command, cwd=repo, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+        command,
+        cwd=repo,
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        # A shell without job control starts background jobs with SIGINT ignored, and Python then
+        # keeps ignoring it (no KeyboardInterrupt): a suite run as `pytest &` from a script saw the
+        # run finish and exit 0.  The command under test gets the disposition a terminal gives it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stderr is not None
     seen = []
