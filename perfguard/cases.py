@@ -30,16 +30,13 @@ from typing import Any
 import torch
 
 from perfguard import profiles
-from perfguard.profiles import SUITE_VERSION
+from perfguard.profiles import BACKEND_IMPL, SUITE_VERSION
 
 #: Longest sequence benchmarked on the CPU: beyond it, one call of the straightforward
 #: implementation takes minutes and the suite would never finish on a CI machine.
 CPU_MAX_SEQ_LEN = 16384
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-#: The implementation the backends comparison runs on each kernel (its ``backend=`` argument).
-BACKEND_IMPL = "improved"
 
 
 __all__ = [

@@ -288,13 +288,6 @@ def _failed_keys(rounds: Sequence[Sequence[Any]]) -> dict[tuple[str, str], Any]:
     return failed
 
 
-def _gates(config: Any, result: Any) -> bool:
-    """Whether a stored result can fail a check: its kind's ``gated``, unless the configuration says
-    otherwise (``gate = true / false`` for it, as :mod:`perfguard.compare.rule` decides)."""
-    rule = config.rule_for(result.impl, result.benchmark, result.metric, result.params)
-    return bool(result.gated) if rule.gate is None else bool(rule.gate)
-
-
 def _heal_baseline(
     bench: Bench, base_sha: str, base_rounds: list[list[Any]], head_rounds: list[list[Any]], rounds: int
 ) -> list[list[Any]]:
@@ -306,9 +299,10 @@ def _heal_baseline(
     benchmark through.  So the failed benchmarks are measured again; their fresh rounds replace the
     stored ones.  If they fail again, the baseline really cannot be measured here: exit 2.
     """
+    from perfguard.compare import gates
     from perfguard.suite import suspect_selection
 
-    failed = {k: r for k, r in _failed_keys(base_rounds).items() if _gates(bench.config, r)}
+    failed = {k: r for k, r in _failed_keys(base_rounds).items() if gates(bench.config, r)}
     if not failed:
         return base_rounds
     names = ", ".join(f"{r.benchmark.split('.', 1)[-1]}({r.params_key})" for r in list(failed.values())[:5])

@@ -51,6 +51,8 @@ SUITE = "bench_attention"
 DISTRIBUTED_SUITE = "bench_distributed"
 #: The implementations with a sequence-parallel path (``attention._distributed``): the distributed suite's.
 DISTRIBUTED_IMPLS = ("ring", "hilbert_ring", "multihead_ring")
+#: The implementation the backends comparison times on each attention kernel (its ``backend=``).
+BACKEND_IMPL = "improved"
 
 #: The largest segments (and their rates) used from 8K tokens up.
 LONG_SEGMENTS = (2048, 4096, 8192)

@@ -19,16 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.errors import BenchmarkError
-from perfguard.profiles import DISTRIBUTED_IMPLS, DISTRIBUTED_SUITE, SUITE
+from perfguard.profiles import BACKEND_IMPL, DISTRIBUTED_IMPLS, DISTRIBUTED_SUITE, SUITE
 from perfguard.store.records import ResultRecord
 
 #: The suite's module, as asv names its benchmarks (``bench_attention.Forward.track_time``).
 SUITE_MODULE = SUITE
 #: The parameters of the suite's benchmarks, in asv's order (a derived result records none).
 PARAM_NAMES = ("impl", "seq_len", "dtype")
-#: The implementation the backends comparison times on each kernel (``perfguard.cases.BACKEND_IMPL``,
-#: not imported: that module imports torch, and this one is read by every command).
-BACKEND_IMPL = "improved"
 
 
 @dataclass(frozen=True)

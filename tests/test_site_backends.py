@@ -22,9 +22,8 @@ from helpers.project import perfguard, project_repo
 
 from attention import backends
 from perfguard import round_output
-from perfguard.compare import compare_suite, measurements_from_rounds
+from perfguard.compare import compare_suite, gates, measurements_from_rounds
 from perfguard.config import Config
-from perfguard.gate import _gates
 from perfguard.profiles import PROFILES
 from perfguard.store import CheckItemRecord, CommitRecord, MachineRecord, Store
 from perfguard.suite import kind_of
@@ -112,7 +111,7 @@ def test_a_check_never_gates_the_kernel_comparison(tmp_path: Path) -> None:
     assert verdicts == {"math": "regression", "cpu_flash": "failed"}
     assert result.exit_code == 0 and not result.suspects and not any(i.fails for i in result.items)
     # A failed baseline round of it is not re-measured to fail the check closed (perfguard.gate).
-    assert not _gates(Config(), next(r for r in head[0] if r.status == "failed"))
+    assert not gates(Config(), next(r for r in head[0] if r.status == "failed"))
 
     # The stored check's report: reported rows, outside the gated headline.
     now = datetime(2026, 12, 1, tzinfo=timezone.utc)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from perfguard import stats
+from perfguard.compare import gates
 from perfguard.config import Config
 from perfguard.store.records import ResultRecord
 
@@ -70,11 +71,6 @@ def _iqr_ratio(samples: np.ndarray) -> float:
     return (q75 - q25) / abs(median) if median else 0.0
 
 
-def _gated(result: ResultRecord, config: Config) -> bool:
-    rule = config.rule_for(result.impl, result.benchmark, result.metric, result.params)
-    return rule.gate if rule.gate is not None else bool(result.gated)
-
-
 def _flag_note(method: str | None, cv: float) -> str:
     why = f"process CV {cv:.1%} > {CV_FLAG_MAX:.0%}"
     if method == "cuda-events":
@@ -109,7 +105,7 @@ def process_noise(rounds: Sequence[Sequence[ResultRecord]], config: Config) -> l
             params_key=first.params_key,
             metric=first.metric,
             unit=first.unit,
-            gated=_gated(first, config),
+            gated=gates(config, first),
             status=status,
             method=method,
             rounds=len(group),

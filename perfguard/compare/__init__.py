@@ -67,6 +67,7 @@ from perfguard.compare.model import (
     geometric_mean_ratio,
     measurements_from_rounds,
 )
+from perfguard.compare.rule import gates
 from perfguard.compare.stages import apply_retry, compare_sides, compare_suite, decide_after_retry
 from perfguard.store.records import params_key
 
@@ -88,6 +89,7 @@ __all__ = [
     "decide_after_retry",
     "derived_source",
     "describe",
+    "gates",
     "geometric_mean_ratio",
     "measurements_from_rounds",
     "params_key",

@@ -100,10 +100,18 @@ class Pair:
     noise: stats.Noise = field(default_factory=lambda: stats.Noise(0.0, None))
 
 
-def _gated(m: Measurement, rule: Rule) -> bool:
+def _gated(m: Any, rule: Rule) -> bool:
     if rule.gate is not None:
         return rule.gate
-    return m.gated and m.metric not in REPORTED_METRICS
+    return bool(m.gated) and m.metric not in REPORTED_METRICS
+
+
+def gates(config: Config, result: Any) -> bool:
+    """Whether a measurement can fail a check: the configuration's ``gate`` for it when it sets one,
+    else its kind's ``gated`` (a number derived from a timing never gates).  ``result``: anything
+    with ``impl``, ``benchmark``, ``metric``, ``params`` and ``gated`` (a stored result, a record,
+    a :class:`Measurement`)."""
+    return _gated(result, config.rule_for(result.impl, result.benchmark, result.metric, result.params))
 
 
 def _item(

@@ -20,9 +20,8 @@ from typing import Any
 
 from perfguard.report import formatting
 from perfguard.store import Series as StoredSeries
+from perfguard.suite import BACKENDS
 
-#: The stored benchmark (``<module>.Backends.track_time``), by the end of its name.
-BENCHMARK = "Backends.track_time"
 BACKEND = "backend"
 SEQ = "seq_len"
 
@@ -90,7 +89,7 @@ class KernelGroup:
 
 def is_backends(benchmark: str) -> bool:
     """Whether a stored benchmark is the kernel comparison (any asv module)."""
-    return benchmark == BENCHMARK or benchmark.endswith("." + BENCHMARK)
+    return benchmark == BACKENDS or benchmark.endswith("." + BACKENDS)
 
 
 def groups(stored: Iterable[StoredSeries], *, slugs: Mapping[tuple[str, str], str]) -> list[KernelGroup]:

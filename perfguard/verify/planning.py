@@ -141,17 +141,13 @@ def scope(
             compiled = [re.compile(r) for r in bench_regexes]
         except re.error as exc:
             raise UsageError(f"--bench is not a regular expression: {exc}") from None
-        try:  # the backends comparison's labels; a commit without attention.backends has none
-            from attention import backends
+        from perfguard.cases import kernels
 
-            kernels: tuple[str, ...] = tuple(backends.KERNELS)
-        except ImportError:
-            kernels = ()
-
+        kernel_names = kernels()  # the backends comparison's (none before attention.backends)
         names = impls or tuple(registry)
         chosen = []
         for name in names:
-            labels = suite_labels([name], profile.seq_lens, measured, kernels)
+            labels = suite_labels([name], profile.seq_lens, measured, kernel_names)
             if any(r.search(label) for r in compiled for label in labels):
                 chosen.append(name)
         if not chosen:
