@@ -18,6 +18,7 @@ from numpy.typing import ArrayLike
 from perfguard import stats
 from perfguard.errors import EXIT_FAILED, EXIT_OK
 from perfguard.store.records import CHECK_ITEM_COLUMNS, CheckItemRecord, ResultRecord, params_key
+from perfguard.suite import short_name
 
 if sys.version_info >= (3, 11):
     from enum import StrEnum
@@ -87,7 +88,7 @@ def derived_source(benchmark: str) -> str | None:
 
 def describe(benchmark: str, metric: str) -> str:
     """Human name of a benchmark for reason texts ("forward time"), with or without asv's module."""
-    short = benchmark.split(".", 1)[1] if benchmark.count(".") >= 2 else benchmark  # drop asv's module
+    short = short_name(benchmark)
     return _LABELS.get(short, f"{short} ({metric})")
 
 

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from perfguard.suite import short_name
+
 _TIME_STEPS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
 _BYTE_STEPS = ((1024.0**4, "TiB"), (1024.0**3, "GiB"), (1024.0**2, "MiB"), (1024.0, "KiB"), (1.0, "B"))
 _SI_STEPS = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
@@ -210,8 +212,7 @@ def natural_key(params: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def benchmark_label(benchmark: str) -> str:
     """asv name without its module: ``bench_attention.Forward.track_time`` -> ``Forward.track_time``."""
-    parts = benchmark.split(".")
-    return ".".join(parts[1:]) if len(parts) >= 3 else benchmark
+    return short_name(benchmark)
 
 
 def metric_label(benchmark: str) -> str:
