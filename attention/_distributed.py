@@ -1,33 +1,52 @@
-"""The ring across ranks: each rank holds one contiguous chunk of q, k and v.
+"""The ring across ranks: each rank holds one contiguous chunk (shard) of q, k and v.
 
-Rank ``a`` computes the output rows of its own chunk.  At step ``s`` it holds the key/value chunk
-of rank ``a − s`` (mod world size); while it attends to it, that chunk is already travelling on to
-rank ``a + 1`` and the next one arriving from rank ``a − 1`` (``dist.batch_isend_irecv``; gloo on
-CPU, NCCL on GPU).  Every rank runs the same number of steps: the largest chunk distance at which
-any segment of any branch still connects two chunks (dilated attention is local to segments, so
-when the largest segment fits in a chunk no key/value ever has to move).  Causal pairs whose key
-chunk lies entirely after the query chunk are skipped (the chunk is still forwarded).
+Rank ``a`` computes the output rows of its own shard.  At step ``s`` it holds key/value data of
+rank ``a − s`` (mod world size); while it attends to it, that data is already travelling on to
+rank ``a + 1`` and the next arriving from rank ``a − 1`` (``dist.batch_isend_irecv``; gloo on
+CPU, NCCL on GPU).  Every rank runs the same number of steps: the largest shard distance at which
+any segment of any branch still connects two shards (dilated attention is local to segments, so
+when the largest segment fits in a shard no key/value ever has to move).  Causal pairs whose key
+shard lies entirely after the query shard are skipped (the data is still forwarded).
 
-Backward: the same ring runs again; each key/value chunk travels with its gradient accumulators
-(dk, dv), every rank adds its contribution, and after the last step one exchange sends each
-accumulated dk/dv back to the rank that owns the chunk.  Gradients are exact (each piece's kernel
-backward runs with the merged output and LSE, as on one device).  Dropout in training is not
-supported across ranks (``NotImplementedError``).
+**Lanes: memory that shrinks as 1/N.**  A rank's own q, k, v and output are 1/N of the sequence;
+everything else must be too, and small.  So each shard's keys/values are cut into ``lanes``
+sub-chunks (8 once the shard's one-piece intermediates exceed the module's ``single_shot_bytes``,
+1 below it) and the ring runs once per lane: what travels, and what is alive on a rank besides
+its inputs and output, is one sub-chunk (the one attended to and being sent, the one arriving)
+and the pieces of the whole query shard against that one sub-chunk.  Those pieces are merged
+into the output at once by log-sum-exp (:func:`attention._merge.merge_online`: the output and a
+float32 LSE are the running state), so no piece outlives its step.  Measured on 4 H200s
+(docs/perf/distributed.md): without lanes a rank's forward peak was 2.7x (2 GPUs) and 1.35x
+(4 GPUs) the single-device ring's for the whole sequence.  The query side is the whole shard
+(one set of kernel calls per sub-chunk), except on the causal diagonal, where the shard's own
+sub-chunks meet each other as square causal / unmasked pieces.
 
-Chunks may have different lengths (the sequence need not divide by the world size): lengths are
+Backward: the same lanes and ring run again; each key/value sub-chunk travels with its float32
+gradient accumulators (dk, dv), every rank adds its contribution, and after a lane's last step one
+exchange sends each accumulated dk/dv back to the rank that owns the sub-chunk.  Gradients are
+exact (each piece's kernel backward runs with the merged output and LSE, as on one device).
+Dropout in training is not supported across ranks (``NotImplementedError``).
+
+Shards may have different lengths (the sequence need not divide by the world size): lengths are
 all-gathered once per forward, which is the only host synchronisation of the distributed path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from attention._engine import SegmentPlan, run_pieces_backward, run_pieces_forward
 from attention._lse import compute_dtype
-from attention._merge import merge_parts, sum_parts
+from attention._merge import Part, merge_online, sum_parts
+from attention._plan import chunk_bounds, split_lengths
+
+#: Sub-chunks per shard when the shard is too large to attend in one piece (as the single-device
+#: ring's default ``ring_size``).
+LANES = 8
 
 
 def gather_shapes(q: torch.Tensor, group) -> list[tuple[int, int, int, int]]:
@@ -70,6 +89,56 @@ def ring_steps(bounds: Sequence[tuple[int, int]], segment_lengths: Sequence[int]
     return far + 1
 
 
+@dataclass(frozen=True)
+class RingSchedule:
+    """Who holds what when: the plan's chunks are every shard's ``lanes`` sub-chunks (index
+    ``shard · lanes + lane``) followed by the shards themselves (index ``world · lanes + shard``)."""
+
+    world: int
+    rank: int
+    steps: int
+    lanes: int
+    is_causal: bool
+
+    @staticmethod
+    def chunk_bounds(lengths: Sequence[int], lanes: int) -> tuple[tuple[int, int], ...]:
+        """Sub-chunk bounds of every shard, then the shard bounds (the plan's ``bounds``)."""
+        shards = chunk_bounds(lengths)
+        fine = []
+        for (lo, _), n in zip(shards, lengths, strict=True):
+            fine.extend((lo + s, lo + e) for s, e in chunk_bounds(split_lengths(n, lanes)))
+        return (*fine, *shards)
+
+    def sub(self, shard: int, lane: int) -> int:
+        return shard * self.lanes + lane
+
+    def shard(self, shard: int) -> int:
+        return self.world * self.lanes + shard
+
+    def holder(self, step: int) -> int:
+        """The shard whose key/value sub-chunks this rank holds at ``step``."""
+        return (self.rank - step) % self.world
+
+    def visits(self, lane: int, step: int) -> list[tuple[int, int]]:
+        """(query chunk, key chunk) pairs this rank computes at (lane, step)."""
+        key = self.sub(self.holder(step), lane)
+        if step == 0 and self.is_causal:  # the diagonal: the shard's own sub-chunks, square or before
+            return [(self.sub(self.rank, i), key) for i in range(lane, self.lanes)]
+        return [(self.shard(self.rank), key)]
+
+    def pairs(self) -> tuple[tuple[int, int], ...]:
+        every = (self.visits(lane, step) for lane in range(self.lanes) for step in range(self.steps))
+        return tuple(p for visits in every for p in visits)
+
+
+def schedule_for(
+    lengths: Sequence[int], rank: int, segment_lengths: Sequence[int], is_causal: bool, lanes: int
+) -> RingSchedule:
+    """The schedule of one call: steps from the shard geometry, ``lanes`` bounded by the shortest shard."""
+    steps = ring_steps(chunk_bounds(lengths), segment_lengths, is_causal)
+    return RingSchedule(len(lengths), rank, steps, max(1, min(lanes, *lengths)), bool(is_causal))
+
+
 def _peer(group, rank_in_group: int) -> int:
     return dist.get_global_rank(group, rank_in_group) if group is not None else rank_in_group
 
@@ -83,39 +152,90 @@ def _exchange(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], to: int, frm: 
     return dist.batch_isend_irecv(ops)
 
 
+def _rows(x: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """Positions [lo, hi) of a (b, L, ...) tensor, contiguous (a view when batch is 1)."""
+    part = x[:, lo:hi]
+    return part if part.is_contiguous() else part.contiguous()
+
+
+def _local(plan: SegmentPlan, sched: RingSchedule, chunk: int) -> tuple[int, int]:
+    """A query chunk's positions relative to this rank's shard."""
+    base = plan.bounds[sched.shard(sched.rank)][0]
+    lo, hi = plan.bounds[chunk]
+    return lo - base, hi - base
+
+
+def _kv(plan: SegmentPlan, sub: int, k: torch.Tensor, v: torch.Tensor, base: int) -> torch.Tensor:
+    """This rank's key/value sub-chunk ``sub`` as one flat buffer (what travels)."""
+    lo, hi = plan.bounds[sub]
+    return torch.cat([_rows(k, lo - base, hi - base).reshape(-1), _rows(v, lo - base, hi - base).reshape(-1)])
+
+
+def _merge_rows(
+    parts: list[Part], out: torch.Tensor, lse: torch.Tensor, lo: int, hi: int, whole: bool
+) -> None:
+    """Merge ``parts`` (geometry relative to positions [lo, hi)) into the running out / LSE."""
+    if whole:
+        merge_online(parts, out, lse)
+        return
+    rows, rows_lse = out[:, lo:hi], lse[:, lo:hi]
+    if rows.is_contiguous() and rows_lse.is_contiguous():
+        merge_online(parts, rows, rows_lse)
+        return
+    tmp, tmp_lse = rows.contiguous(), rows_lse.contiguous()  # batch > 1: merge into copies, write back
+    merge_online(parts, tmp, tmp_lse)
+    rows.copy_(tmp)
+    rows_lse.copy_(tmp_lse)
+
+
+def _sum_rows(parts: list[Part], dest: torch.Tensor, lo: int, hi: int, whole: bool) -> None:
+    view = dest if whole else dest[:, lo:hi]
+    if view.is_contiguous():
+        sum_parts(parts, view, accumulate=True)
+    else:
+        tmp = view.contiguous()
+        sum_parts(parts, tmp, accumulate=True)
+        view.copy_(tmp)
+
+
 class DistributedRingFunction(torch.autograd.Function):
     """Sequence-parallel ring attention over the ranks of ``group`` (module docstring)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, plan: SegmentPlan, group, steps: int):
-        world, a = dist.get_world_size(group), dist.get_rank(group)
+    def forward(ctx, q, k, v, plan: SegmentPlan, group, sched: RingSchedule):
+        world, a = sched.world, sched.rank
         b, la, h, d = q.shape
         cd = compute_dtype(q.dtype)
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        parts = []
-        auxes: dict[int, list] = {}
-        kv = torch.cat([k.reshape(-1), v.reshape(-1)])
-        for s in range(steps):
-            c = (a - s) % world
-            reqs, nxt = [], None
-            if s < steps - 1:
-                lc = plan.bounds[(a - s - 1) % world]
-                nxt = torch.empty(2 * b * (lc[1] - lc[0]) * h * d, dtype=q.dtype, device=q.device)
-                reqs = _exchange([(kv, nxt)], (a + 1) % world, (a - 1) % world, group)
-            pieces = plan.pieces(a, c)
-            if pieces:
-                lc_len = plan.bounds[c][1] - plan.bounds[c][0]
-                kc, vc = kv.view(2, b, lc_len, h, d).unbind(0)
-                new, auxes[c] = run_pieces_forward(plan, pieces, q, kc, vc)
-                parts.extend(new)
-            for r in reqs:
-                r.wait()
-            if nxt is not None:
-                kv = nxt
-        out = torch.empty_like(q)
-        lse = torch.empty((b, la, h), dtype=cd, device=q.device)
-        merge_parts(parts, out, lse)
-        ctx.plan, ctx.group, ctx.steps, ctx.auxes = plan, group, steps, auxes
+        base = plan.bounds[sched.shard(a)][0]
+        out = torch.zeros_like(q)
+        lse = torch.full((b, la, h), float("-inf"), dtype=cd, device=q.device)
+        auxes: dict[tuple[int, int], list] = {}
+        for lane in range(sched.lanes):
+            kv = _kv(plan, sched.sub(a, lane), k, v, base)
+            for s in range(sched.steps):
+                reqs, nxt = [], None
+                if s < sched.steps - 1:
+                    lo, hi = plan.bounds[sched.sub(sched.holder(s + 1), lane)]
+                    nxt = torch.empty(2 * b * (hi - lo) * h * d, dtype=q.dtype, device=q.device)
+                    reqs = _exchange([(kv, nxt)], (a + 1) % world, (a - 1) % world, group)
+                for qi, kc in sched.visits(lane, s):
+                    pieces = plan.pieces(qi, kc)
+                    if not pieces:
+                        continue
+                    lo, hi = plan.bounds[kc]
+                    kk, vv = kv.view(2, b, hi - lo, h, d).unbind(0)
+                    whole = qi == sched.shard(a)
+                    q0, q1 = _local(plan, sched, qi)
+                    qc = q if whole else _rows(q, q0, q1)
+                    parts, auxes[(qi, kc)] = run_pieces_forward(plan, pieces, qc, kk, vv)
+                    _merge_rows(parts, out, lse, q0, q1, whole)
+                    del parts
+                for r in reqs:
+                    r.wait()
+                if nxt is not None:
+                    kv = nxt
+        ctx.plan, ctx.group, ctx.sched, ctx.auxes = plan, group, sched, auxes
         ctx.save_for_backward(q, k, v, out, lse)
         return out
 
@@ -123,39 +243,52 @@ class DistributedRingFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        plan, group, steps = ctx.plan, ctx.group, ctx.steps
-        world, a = dist.get_world_size(group), dist.get_rank(group)
+        plan, group, sched = ctx.plan, ctx.group, ctx.sched
+        world, a = sched.world, sched.rank
         b, la, h, d = q.shape
         cd = compute_dtype(q.dtype)
+        base = plan.bounds[sched.shard(a)][0]
         dout = dout.contiguous()
         dq = torch.zeros(b, la, h, d, dtype=cd, device=q.device)
-        kv = torch.cat([k.reshape(-1), v.reshape(-1)])
-        dkv = torch.zeros(kv.numel(), dtype=cd, device=q.device)
-        for s in range(steps):
-            c = (a - s) % world
-            lc_len = plan.bounds[c][1] - plan.bounds[c][0]
-            pieces = plan.pieces(a, c)
-            if pieces:
-                kc, vc = kv.view(2, b, lc_len, h, d).unbind(0)
-                dkc, dvc = dkv.view(2, b, lc_len, h, d).unbind(0)
-                dq_p, dk_p, dv_p = run_pieces_backward(plan, pieces, q, kc, vc, out, lse, dout, ctx.auxes[c])
-                sum_parts(dq_p, dq, accumulate=True)
-                sum_parts(dk_p, dkc, accumulate=True)
-                sum_parts(dv_p, dvc, accumulate=True)
-            if s < steps - 1:
-                nc = plan.bounds[(a - s - 1) % world]
-                size = 2 * b * (nc[1] - nc[0]) * h * d
-                nxt_kv = torch.empty(size, dtype=q.dtype, device=q.device)
-                nxt_dkv = torch.empty(size, dtype=cd, device=q.device)
-                reqs = _exchange([(kv, nxt_kv), (dkv, nxt_dkv)], (a + 1) % world, (a - 1) % world, group)
-                for r in reqs:
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        for lane in range(sched.lanes):
+            kv = _kv(plan, sched.sub(a, lane), k, v, base)
+            dkv = torch.zeros(kv.numel(), dtype=cd, device=q.device)
+            for s in range(sched.steps):
+                for qi, kc in sched.visits(lane, s):
+                    pieces = plan.pieces(qi, kc)
+                    if not pieces:
+                        continue
+                    lo, hi = plan.bounds[kc]
+                    kk, vv = kv.view(2, b, hi - lo, h, d).unbind(0)
+                    dkk, dvv = dkv.view(2, b, hi - lo, h, d).unbind(0)
+                    whole = qi == sched.shard(a)
+                    q0, q1 = _local(plan, sched, qi)
+                    sl = (lambda x: x) if whole else (lambda x, q0=q0, q1=q1: _rows(x, q0, q1))
+                    dq_p, dk_p, dv_p = run_pieces_backward(
+                        plan, pieces, sl(q), kk, vv, sl(out), sl(lse), sl(dout), ctx.auxes[(qi, kc)]
+                    )
+                    _sum_rows(dq_p, dq, q0, q1, whole)
+                    sum_parts(dk_p, dkk, accumulate=True)
+                    sum_parts(dv_p, dvv, accumulate=True)
+                if s < sched.steps - 1:
+                    lo, hi = plan.bounds[sched.sub(sched.holder(s + 1), lane)]
+                    size = 2 * b * (hi - lo) * h * d
+                    nxt_kv = torch.empty(size, dtype=q.dtype, device=q.device)
+                    nxt_dkv = torch.empty(size, dtype=cd, device=q.device)
+                    reqs = _exchange([(kv, nxt_kv), (dkv, nxt_dkv)], (a + 1) % world, (a - 1) % world, group)
+                    for r in reqs:
+                        r.wait()
+                    kv, dkv = nxt_kv, nxt_dkv
+            lo, hi = plan.bounds[sched.sub(a, lane)]
+            if sched.steps > 1:
+                # the accumulated dk/dv of sub-chunk `lane` of shard (a − steps + 1) is here: send it home
+                mine = torch.empty(2 * b * (hi - lo) * h * d, dtype=cd, device=q.device)
+                home, sender = (a - sched.steps + 1) % world, (a + sched.steps - 1) % world
+                for r in _exchange([(dkv, mine)], home, sender, group):
                     r.wait()
-                kv, dkv = nxt_kv, nxt_dkv
-        if steps > 1:
-            # the accumulated dk/dv of chunk (a − steps + 1) is here; send it home, receive ours
-            mine = torch.empty(2 * b * la * h * d, dtype=cd, device=q.device)
-            for r in _exchange([(dkv, mine)], (a - steps + 1) % world, (a + steps - 1) % world, group):
-                r.wait()
-            dkv = mine
-        dk, dv = dkv.view(2, b, la, h, d).unbind(0)
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
+                dkv = mine
+            dkl, dvl = dkv.view(2, b, hi - lo, h, d).unbind(0)
+            dk[:, lo - base : hi - base] = dkl
+            dv[:, lo - base : hi - base] = dvl
+        return dq.to(q.dtype), dk, dv, None, None, None

@@ -135,6 +135,32 @@ def merge_torch(parts: list[Part], out: torch.Tensor, lse: torch.Tensor) -> None
         out.copy_(acc)
 
 
+def merge_online(parts: list[Part], out: torch.Tensor, lse: torch.Tensor) -> None:
+    """Merge ``parts`` into a running result: ``out (b, L, H, d)`` and ``lse (b, L, H)`` already
+    hold the merge of everything before (0 and −inf where nothing was merged yet).
+
+    For each part, ``L' = logaddexp(L, lse_p)`` and ``out' = out + exp(lse_p − L')·(out_p − out)``
+    (a lerp), computed in float32 on the part's rows only and written back: the only memory is the
+    part's own size, so the distributed ring (:mod:`attention._distributed`) never keeps the pieces
+    of earlier steps.  A bf16/fp16 ``out`` is rounded once per merged part (the one-pass
+    :func:`merge_parts` rounds once per row); float32 and float64 are unaffected.
+    """
+    _check_dest(out, lse)
+    d = out.shape[-1]
+    cd = lse.dtype
+    for p in parts:
+        lse_view = _dest_view(lse, p, 1)
+        part_lse = p.lse.to(cd)
+        merged = torch.logaddexp(lse_view, part_lse)
+        weight = torch.exp(part_lse - merged).unsqueeze(-1)
+        view = _dest_view(out, p, d)
+        if out.dtype == cd:
+            view.lerp_(p.values.to(cd), weight)
+        else:
+            view.copy_(torch.lerp(view.to(cd), p.values.to(cd), weight))
+        lse_view.copy_(merged)
+
+
 def sum_parts(parts: list[Part], dest: torch.Tensor, *, accumulate: bool = False) -> None:
     """``dest (b, L, H, d)`` = (its content if ``accumulate``, else 0) + Σ parts, row by row."""
     _check_dest(dest)

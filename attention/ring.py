@@ -20,8 +20,9 @@ the extra memory is O(n / ring_size); ``single_shot_bytes=0`` always chunks.
 Distributed: when ``torch.distributed`` is initialised with more than one rank (or with
 ``sequence_parallel=True``), each rank passes its own contiguous shard of q, k and v (sequence
 split; shards may differ in length) and gets its output shard back; key/value shards travel
-around the ring (:mod:`attention._distributed`).  The number of chunks is then the world size
-(``ring_size``, if given, must equal it).  Pass ``sequence_parallel=False`` to keep the
+around the ring (:mod:`attention._distributed`): one shard per rank (``ring_size``, if given, must
+equal the world size), each cut into sub-chunks ("lanes") once it exceeds ``single_shot_bytes``, so
+a rank's memory beyond its shard stays O(n / world / 8).  Pass ``sequence_parallel=False`` to keep the
 single-device ring under data parallelism, where every rank holds whole sequences.
 """
 
@@ -32,8 +33,8 @@ from typing import Any
 
 import torch
 
-from attention._distributed import DistributedRingFunction, gather_shapes, ring_steps
-from attention._plan import chunk_bounds, ring_pairs, split_lengths
+from attention._distributed import LANES, DistributedRingFunction, RingSchedule, gather_shapes, schedule_for
+from attention._plan import ring_pairs, split_lengths
 from attention.improved import SegmentEngineAttention
 from attention.pattern import branch_heads
 
@@ -143,22 +144,24 @@ class RingDilatedAttention(SegmentEngineAttention):
                 "dropout in training is not supported by the sequence-parallel ring; use dropout=0 or eval()"
             )
         lengths = tuple(s[1] for s in gather_shapes(q, group))
-        n = sum(lengths)
-        rank = dist.get_rank(group)
-        bounds = chunk_bounds(lengths)
-        steps = ring_steps(bounds, self.segment_lengths, is_causal)
-        # the plan is global (global positions); this rank only visits its own query chunk
-        plan = self._plan_global(q, n, lengths, is_causal, rank, steps, world)
-        return DistributedRingFunction.apply(q, k, v, plan, group, steps)
+        b, _, h, d = q.shape
+        one_piece = single_shot_bytes(
+            b, max(lengths), h, d, q.element_size(), self.segment_lengths, self.dilation_rates, self.mode
+        )
+        lanes = 1 if one_piece <= self.single_shot_bytes else LANES
+        sched = schedule_for(lengths, dist.get_rank(group), self.segment_lengths, is_causal, lanes)
+        # the plan is global (global positions); this rank only visits its own query shard
+        plan = self._plan_global(q, sum(lengths), lengths, is_causal, sched)
+        return DistributedRingFunction.apply(q, k, v, plan, group, sched)
 
-    def _plan_global(self, q, n, lengths, is_causal, rank, steps, world):
+    def _plan_global(self, q, n, lengths, is_causal, sched: RingSchedule):
         from attention._engine import SegmentPlan
         from attention._kernels import KernelSet
 
         d = q.shape[-1]
         h = q.shape[2]
         scale = self._scale(d)
-        key = ("dist", n, h, d, q.dtype, q.device, bool(is_causal), lengths, rank, scale, self.backend)
+        key = ("dist", n, h, d, q.dtype, q.device, bool(is_causal), lengths, sched, scale, self.backend)
 
         def build() -> SegmentPlan:
             return SegmentPlan(
@@ -167,8 +170,8 @@ class RingDilatedAttention(SegmentEngineAttention):
                 segment_lengths=self.segment_lengths,
                 dilation_rates=self.dilation_rates,
                 mode=self.mode,
-                bounds=chunk_bounds(lengths),
-                pairs=tuple((rank, (rank - s) % world) for s in range(steps)),
+                bounds=RingSchedule.chunk_bounds(lengths, sched.lanes),
+                pairs=sched.pairs(),
                 is_causal=bool(is_causal),
                 scale=scale,
                 kernels=KernelSet(q.device, q.dtype, d, self.backend),

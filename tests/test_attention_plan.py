@@ -20,7 +20,7 @@ import torch
 
 from attention import RingDilatedAttention
 from attention._lse import merge_stacked
-from attention._merge import Part, merge_torch, nested, sum_torch
+from attention._merge import Part, merge_online, merge_torch, nested, sum_torch
 from attention._plan import build_pieces, chunk_bounds, fold, split_lengths
 from attention.pattern import dilated_pattern
 from tests.test_attention_numerics import check_against_reference
@@ -158,6 +158,32 @@ def test_merge_torch_is_one_softmax_and_empty_rows_are_zero() -> None:
         [Part(a_vals, None, 0, (1, 1, 4), (0, 0, 1)), Part(b_vals, None, 2, (1, 1, 3), (0, 0, 1))], grads
     )
     torch.testing.assert_close(grads.view(n, d), outs.sum(0))
+
+
+def test_merge_online_equals_the_one_pass_merge_in_any_order() -> None:
+    """The distributed ring's running merge: parts merged one call at a time, in either order,
+    give the one-pass merge (float32: to rounding; bfloat16: within a few bf16 ulps of it)."""
+    gen = torch.Generator().manual_seed(1)
+    b, n, h, d = 1, 6, 1, 4
+    vals = [torch.randn(1, 1, 4, d, generator=gen), torch.randn(1, 1, 3, d, generator=gen)]
+    lses = [3 * torch.randn(1, 1, 4, generator=gen), 3 * torch.randn(1, 1, 3, generator=gen)]
+    geometry = [(0, (1, 1, 4), (0, 0, 1)), (2, (1, 1, 3), (0, 0, 1))]
+    parts = [Part(v, lse, *g) for v, lse, g in zip(vals, lses, geometry, strict=True)]
+    want, want_lse = torch.empty(b, n, h, d), torch.empty(b, n, h)
+    merge_torch(parts, want, want_lse)
+    for order in (parts, parts[::-1]):
+        out, lse = torch.zeros(b, n, h, d), torch.full((b, n, h), -math.inf)
+        for part in order:
+            merge_online([part], out, lse)
+        torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(lse, want_lse, rtol=1e-6, atol=1e-6)
+        assert out[0, 5].abs().sum() == 0 and lse[0, 5, 0] == -math.inf  # untouched row
+    half = [Part(p.values.bfloat16(), p.lse, p.offset, p.sizes, p.strides) for p in parts]
+    out16, lse16 = torch.zeros(b, n, h, d, dtype=torch.bfloat16), torch.full((b, n, h), -math.inf)
+    for part in half:
+        merge_online([part], out16, lse16)
+    # two roundings to bf16 at most (one per part): 2 x 2^-8 relative, of the largest value
+    assert (out16.float() - want).abs().max() <= 2 * 2**-8 * want.abs().max()
 
 
 def test_ring_with_chunks_shorter_than_segments_matches_reference() -> None:

@@ -52,6 +52,70 @@ GIB = 2**30
 # one rank of one group (started by torchrun: --worker)
 
 
+def exactness(group, device: str) -> list[dict[str, Any]]:
+    """The sequence-parallel ring on this group against the one-device ring over the whole sequence.
+
+    8K tokens (smoke: 1K), 1 x n x 12 x 64, segments crossing every shard, lanes forced
+    (``single_shot_bytes=0``); forward and the q/k/v gradients, causal or not, bf16 and fp32.  Every
+    rank computes its shard; rank 0 gathers them and compares with its own one-device run.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from attention.reference import relative_error
+    from attention.ring import RingDilatedAttention
+
+    n = 1024 if device == "cpu" else 8192
+    cfg = {"segment_lengths": [n // 8, n // 4, n], "dilation_rates": [1, 2, 4]}
+    lengths = [n // group.world + (1 if r < n % group.world else 0) for r in range(group.world)]
+    lo = sum(lengths[: group.rank])
+    rows = []
+    for dtype in (torch.bfloat16, torch.float32):
+        for causal in (False, True):
+            gen = torch.Generator(device=device).manual_seed(11)
+            q, k, v, g = (torch.randn(1, n, 12, 64, generator=gen, device=device).to(dtype) for _ in range(4))
+            mine = [t[:, lo : lo + lengths[group.rank]].clone().requires_grad_() for t in (q, k, v)]
+            ring = RingDilatedAttention(**cfg, sequence_parallel=True, single_shot_bytes=0)
+            out = ring(*mine, is_causal=causal)
+            out.backward(g[:, lo : lo + lengths[group.rank]])
+            got = {}
+            for name, t in (
+                ("out", out.detach()),
+                ("dq", mine[0].grad),
+                ("dk", mine[1].grad),
+                ("dv", mine[2].grad),
+            ):
+                pieces = [torch.empty(1, m, 12, 64, dtype=dtype, device=device) for m in lengths]
+                dist.all_gather(pieces, t.contiguous())
+                got[name] = torch.cat(pieces, dim=1)
+            if group.writer:
+                whole = [t.clone().requires_grad_() for t in (q, k, v)]
+                single = RingDilatedAttention(
+                    **cfg, ring_size=8, sequence_parallel=False, single_shot_bytes=0
+                )
+                ref = single(*whole, is_causal=causal)
+                ref.backward(g)
+                want = {"out": ref.detach(), "dq": whole[0].grad, "dk": whole[1].grad, "dv": whole[2].grad}
+                # the scale of bf16 rounding: both against the same computation in float32
+                exact = single(q.float(), k.float(), v.float(), is_causal=causal).detach()
+                scale = {
+                    "bf16_scale_out": relative_error(ref, exact),
+                    "dist_vs_fp32_out": relative_error(got["out"], exact),
+                }
+                rows.append(
+                    {
+                        "check": "distributed == one device",
+                        "tokens": n,
+                        "ranks": group.world,
+                        "dtype": str(dtype).replace("torch.", ""),
+                        "causal": causal,
+                        **{f"rel_err_{key}": relative_error(got[key], want[key]) for key in want},
+                        **scale,
+                    }
+                )
+    return rows
+
+
 def worker(args: argparse.Namespace) -> int:
     """Every rank measures every length; rank 0 writes one JSON line per length to ``--jsonl``."""
     import torch
@@ -64,6 +128,10 @@ def worker(args: argparse.Namespace) -> int:
     dtype = profile.dtypes(device)[0]
     settings = timing.pin_settings(device)
     with open(args.jsonl if group.writer else os.devnull, "a", encoding="utf-8") as out:
+        if group.world > 1:
+            for row in exactness(group, device):
+                out.write(json.dumps(row) + "\n")
+            out.flush()
         for n in (int(x) for x in args.lengths.split(",")):
             started = time.perf_counter()
             row: dict[str, Any] = {
@@ -231,7 +299,7 @@ def aa_check(out: Path, work: Path, smoke: bool, limit: float) -> dict[str, Any]
 
 def table(groups: list[dict[str, Any]]) -> str:
     """The short table: per length and N, time, speedup, per-GPU memory against the 1/N x 1.25 bound, communication."""
-    rows = {(r["seq_len"], g["ranks"]): r for g in groups for r in g["rows"]}
+    rows = {(r["seq_len"], g["ranks"]): r for g in groups for r in g["rows"] if "check" not in r}
     lines = ["| tokens | N | forward (slowest rank) | speedup | peak / GPU | vs N=1 | bound 1.25/N | comm share (exposed) | sent / rank |",
              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for n_tokens in sorted({k[0] for k in rows}):
@@ -332,6 +400,18 @@ def main() -> int:
         print(
             f"group N={g['ranks']}: exit {g.get('exit')}, {g.get('wall_s')} s, {len(g['rows'])} lengths, log {g.get('log')}"
         )
+    checks = [r for g in groups for r in g["rows"] if "check" in r]
+    if checks:
+        worst = {k: max(r[k] for r in checks) for k in checks[0] if k.startswith("rel_err")}
+        print("exactness (distributed vs one device, worst over dtypes/causal/N): " + ", ".join(
+            f"{k[8:]} {v:.2e}" for k, v in worst.items()))  # fmt: skip
+        for r in checks:
+            errs = " ".join(
+                f"{k[8:] if k.startswith('rel_err') else k}={r[k]:.1e}"
+                for k in r
+                if k.startswith(("rel_err", "bf16_", "dist_"))
+            )
+            print(f"  N={r['ranks']} {r['dtype']} causal={r['causal']}: {errs}")
     print(text)
     return 0
 

@@ -28,6 +28,29 @@ CASES = [
         "causal": True,
         "seq_len": 91,
     },
+    # single_shot_bytes=0: each shard in 8 sub-chunks ("lanes", attention/_distributed.py), 5-6
+    # positions each, so every lane's ring carries pieces of several branches across the shards
+    {
+        "id": "lanes-full",
+        "cls": RingDilatedAttention,
+        "kwargs": {**_CFG, "single_shot_bytes": 0},
+        "causal": False,
+        "seq_len": 91,
+    },
+    {
+        "id": "lanes-causal",
+        "cls": RingDilatedAttention,
+        "kwargs": {**_CFG, "single_shot_bytes": 0},
+        "causal": True,
+        "seq_len": 91,
+    },
+    {
+        "id": "lanes-headgroups-causal-hilbert",
+        "cls": HilbertRingDilatedAttention,
+        "kwargs": {**_CFG, "mode": "head_groups", "single_shot_bytes": 0},
+        "causal": True,
+        "seq_len": 91,
+    },
     {
         "id": "local-segments",
         "cls": RingDilatedAttention,
