@@ -165,10 +165,18 @@ def _local(plan: SegmentPlan, sched: RingSchedule, chunk: int) -> tuple[int, int
     return lo - base, hi - base
 
 
-def _kv(plan: SegmentPlan, sub: int, k: torch.Tensor, v: torch.Tensor, base: int) -> torch.Tensor:
-    """This rank's key/value sub-chunk ``sub`` as one flat buffer (what travels)."""
+def _kv(plan: SegmentPlan, sub: int, k: torch.Tensor, v: torch.Tensor, base: int) -> list[torch.Tensor]:
+    """This rank's key/value sub-chunk ``sub`` (what travels): views when batch is 1, no copy."""
     lo, hi = plan.bounds[sub]
-    return torch.cat([_rows(k, lo - base, hi - base).reshape(-1), _rows(v, lo - base, hi - base).reshape(-1)])
+    return [_rows(k, lo - base, hi - base), _rows(v, lo - base, hi - base)]
+
+
+def _empty(plan: SegmentPlan, sub: int, like: torch.Tensor, count: int, dtype=None) -> list[torch.Tensor]:
+    """``count`` receive buffers shaped like sub-chunk ``sub`` of ``like`` (b, ·, h, d)."""
+    lo, hi = plan.bounds[sub]
+    b, _, h, d = like.shape
+    dtype = dtype or like.dtype
+    return [torch.empty(b, hi - lo, h, d, dtype=dtype, device=like.device) for _ in range(count)]
 
 
 def _merge_rows(
@@ -204,7 +212,7 @@ class DistributedRingFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, plan: SegmentPlan, group, sched: RingSchedule):
         world, a = sched.world, sched.rank
-        b, la, h, d = q.shape
+        b, la, h, _ = q.shape
         cd = compute_dtype(q.dtype)
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         base = plan.bounds[sched.shard(a)][0]
@@ -216,15 +224,13 @@ class DistributedRingFunction(torch.autograd.Function):
             for s in range(sched.steps):
                 reqs, nxt = [], None
                 if s < sched.steps - 1:
-                    lo, hi = plan.bounds[sched.sub(sched.holder(s + 1), lane)]
-                    nxt = torch.empty(2 * b * (hi - lo) * h * d, dtype=q.dtype, device=q.device)
-                    reqs = _exchange([(kv, nxt)], (a + 1) % world, (a - 1) % world, group)
+                    nxt = _empty(plan, sched.sub(sched.holder(s + 1), lane), k, 2)
+                    reqs = _exchange(list(zip(kv, nxt, strict=True)), (a + 1) % world, (a - 1) % world, group)
+                kk, vv = kv
                 for qi, kc in sched.visits(lane, s):
                     pieces = plan.pieces(qi, kc)
                     if not pieces:
                         continue
-                    lo, hi = plan.bounds[kc]
-                    kk, vv = kv.view(2, b, hi - lo, h, d).unbind(0)
                     whole = qi == sched.shard(a)
                     q0, q1 = _local(plan, sched, qi)
                     qc = q if whole else _rows(q, q0, q1)
@@ -253,15 +259,14 @@ class DistributedRingFunction(torch.autograd.Function):
         dk, dv = torch.empty_like(k), torch.empty_like(v)
         for lane in range(sched.lanes):
             kv = _kv(plan, sched.sub(a, lane), k, v, base)
-            dkv = torch.zeros(kv.numel(), dtype=cd, device=q.device)
+            dkv = [torch.zeros(x.shape, dtype=cd, device=q.device) for x in kv]
             for s in range(sched.steps):
+                kk, vv = kv
+                dkk, dvv = dkv
                 for qi, kc in sched.visits(lane, s):
                     pieces = plan.pieces(qi, kc)
                     if not pieces:
                         continue
-                    lo, hi = plan.bounds[kc]
-                    kk, vv = kv.view(2, b, hi - lo, h, d).unbind(0)
-                    dkk, dvv = dkv.view(2, b, hi - lo, h, d).unbind(0)
                     whole = qi == sched.shard(a)
                     q0, q1 = _local(plan, sched, qi)
                     sl = (lambda x: x) if whole else (lambda x, q0=q0, q1=q1: _rows(x, q0, q1))
@@ -272,23 +277,20 @@ class DistributedRingFunction(torch.autograd.Function):
                     sum_parts(dk_p, dkk, accumulate=True)
                     sum_parts(dv_p, dvv, accumulate=True)
                 if s < sched.steps - 1:
-                    lo, hi = plan.bounds[sched.sub(sched.holder(s + 1), lane)]
-                    size = 2 * b * (hi - lo) * h * d
-                    nxt_kv = torch.empty(size, dtype=q.dtype, device=q.device)
-                    nxt_dkv = torch.empty(size, dtype=cd, device=q.device)
-                    reqs = _exchange([(kv, nxt_kv), (dkv, nxt_dkv)], (a + 1) % world, (a - 1) % world, group)
-                    for r in reqs:
+                    nxt = sched.sub(sched.holder(s + 1), lane)
+                    nxt_kv, nxt_dkv = _empty(plan, nxt, k, 2), _empty(plan, nxt, k, 2, cd)
+                    pairs = list(zip(kv + dkv, nxt_kv + nxt_dkv, strict=True))
+                    for r in _exchange(pairs, (a + 1) % world, (a - 1) % world, group):
                         r.wait()
                     kv, dkv = nxt_kv, nxt_dkv
             lo, hi = plan.bounds[sched.sub(a, lane)]
             if sched.steps > 1:
                 # the accumulated dk/dv of sub-chunk `lane` of shard (a − steps + 1) is here: send it home
-                mine = torch.empty(2 * b * (hi - lo) * h * d, dtype=cd, device=q.device)
+                mine = _empty(plan, sched.sub(a, lane), k, 2, cd)
                 home, sender = (a - sched.steps + 1) % world, (a + sched.steps - 1) % world
-                for r in _exchange([(dkv, mine)], home, sender, group):
+                for r in _exchange(list(zip(dkv, mine, strict=True)), home, sender, group):
                     r.wait()
                 dkv = mine
-            dkl, dvl = dkv.view(2, b, hi - lo, h, d).unbind(0)
-            dk[:, lo - base : hi - base] = dkl
-            dv[:, lo - base : hi - base] = dvl
+            dk[:, lo - base : hi - base] = dkv[0]
+            dv[:, lo - base : hi - base] = dkv[1]
         return dq.to(q.dtype), dk, dv, None, None, None

@@ -76,6 +76,7 @@ class RingDilatedAttention(SegmentEngineAttention):
         process_group: Any = None,
         backend: str = "auto",
         single_shot_bytes: int = SINGLE_SHOT_BYTES,
+        ring_lanes: int | None = None,
     ) -> None:
         super().__init__(
             segment_lengths=segment_lengths,
@@ -96,7 +97,12 @@ class RingDilatedAttention(SegmentEngineAttention):
             or single_shot_bytes < 0
         ):
             raise ValueError(f"single_shot_bytes must be an int >= 0, got {single_shot_bytes!r}")
+        if ring_lanes is not None and (
+            isinstance(ring_lanes, bool) or not isinstance(ring_lanes, int) or ring_lanes <= 0
+        ):
+            raise ValueError(f"ring_lanes must be a positive int or None, got {ring_lanes!r}")
         self.ring_size = ring_size
+        self.ring_lanes = ring_lanes
         self.single_shot_bytes = single_shot_bytes
         self.sequence_parallel = sequence_parallel
         self.process_group = process_group
@@ -148,7 +154,7 @@ class RingDilatedAttention(SegmentEngineAttention):
         one_piece = single_shot_bytes(
             b, max(lengths), h, d, q.element_size(), self.segment_lengths, self.dilation_rates, self.mode
         )
-        lanes = 1 if one_piece <= self.single_shot_bytes else LANES
+        lanes = self.ring_lanes or (1 if one_piece <= self.single_shot_bytes else LANES)
         sched = schedule_for(lengths, dist.get_rank(group), self.segment_lengths, is_causal, lanes)
         # the plan is global (global positions); this rank only visits its own query shard
         plan = self._plan_global(q, sum(lengths), lengths, is_causal, sched)

@@ -178,6 +178,11 @@ def test_merge_online_equals_the_one_pass_merge_in_any_order() -> None:
         torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(lse, want_lse, rtol=1e-6, atol=1e-6)
         assert out[0, 5].abs().sum() == 0 and lse[0, 5, 0] == -math.inf  # untouched row
+    # in blocks of one row (d values): the same numbers
+    out, lse = torch.zeros(b, n, h, d), torch.full((b, n, h), -math.inf)
+    merge_online(parts, out, lse, block=d)
+    torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-6, atol=1e-6)
     half = [Part(p.values.bfloat16(), p.lse, p.offset, p.sizes, p.strides) for p in parts]
     out16, lse16 = torch.zeros(b, n, h, d, dtype=torch.bfloat16), torch.full((b, n, h), -math.inf)
     for part in half:
