@@ -135,65 +135,28 @@ def merge_torch(parts: list[Part], out: torch.Tensor, lse: torch.Tensor) -> None
         out.copy_(acc)
 
 
-def merge_online(parts: list[Part], out: torch.Tensor, lse: torch.Tensor, *, block: int = 0) -> None:
+def merge_online(parts: list[Part], out: torch.Tensor, lse: torch.Tensor) -> None:
     """Merge ``parts`` into a running result: ``out (b, L, H, d)`` and ``lse (b, L, H)`` already
     hold the merge of everything before (0 and −inf where nothing was merged yet).
 
-    For each part, ``L' = logaddexp(L, lse_p)`` and ``out' = out + exp(lse_p − L')·(out_p − out)``
-    (a lerp), computed in float32 on the part's rows only, in blocks of at most
-    :data:`ONLINE_BLOCK` values (``block`` to choose another), and written back: the distributed ring (:mod:`attention._distributed`)
-    never keeps the pieces of earlier steps, and merging one costs a few MiB, not three float32
-    copies of it.  A bf16/fp16 ``out`` is rounded once per merged part (the one-pass
-    :func:`merge_parts` rounds once per row); float32 and float64 are unaffected.
+    For each part, ``L' = logaddexp(L, lse_p)`` and ``out' = lerp(out, out_p, exp(lse_p − L'))``
+    in place on the part's rows of ``out`` (the lerp computes in float32 inside the kernel): no
+    temporary of the part's size, five kernels per part, so the distributed ring
+    (:mod:`attention._distributed`) never keeps the pieces of earlier steps.  In bf16/fp16 the
+    output is rounded once per merged part and the weight is rounded to the output's dtype (the
+    one-pass :func:`merge_parts` rounds once per row): on 4 H200s the distributed output was
+    within 5e-3 (relative) of float32, the one-device ring's within 2.4e-3 (docs/perf/distributed.md).
+    float32 and float64 are exact to their rounding.
     """
     _check_dest(out, lse)
-    rows = max(1, (block or ONLINE_BLOCK) // out.shape[-1])
-    for p in parts:
-        for piece in _blocks(p, rows):
-            _merge_one(piece, out, lse)
-
-
-#: Values (rows x head_dim) merged per step of :func:`merge_online` (4 MiB of float32).
-ONLINE_BLOCK = 2**20
-
-
-def _blocks(part: Part, max_rows: int) -> list[Part]:
-    """``part`` cut along its largest row dimension into pieces of at most ``max_rows`` rows
-    (fewer only when one slice of that dimension is already larger)."""
-    rows = part.sizes[0] * part.sizes[1] * part.sizes[2]
-    if rows <= max_rows:
-        return [part]
-    dim = max(range(3), key=lambda i: part.sizes[i])
-    per = max(1, max_rows // (rows // part.sizes[dim]))
-    out = []
-    for i0 in range(0, part.sizes[dim], per):
-        n = min(per, part.sizes[dim] - i0)
-        sizes = tuple(n if i == dim else s for i, s in enumerate(part.sizes))
-        out.append(
-            Part(
-                part.values.narrow(dim, i0, n),
-                part.lse.narrow(dim, i0, n) if part.lse is not None else None,
-                part.offset + i0 * part.strides[dim],
-                sizes,  # type: ignore[arg-type]
-                part.strides,
-            )
-        )
-    return out
-
-
-def _merge_one(p: Part, out: torch.Tensor, lse: torch.Tensor) -> None:
     d = out.shape[-1]
     cd = lse.dtype
-    lse_view = _dest_view(lse, p, 1)
-    part_lse = p.lse.to(cd)
-    merged = torch.logaddexp(lse_view, part_lse)
-    weight = torch.exp(part_lse - merged).unsqueeze(-1)
-    view = _dest_view(out, p, d)
-    if out.dtype == cd:
-        view.lerp_(p.values.to(cd), weight)
-    else:
-        view.copy_(torch.lerp(view.to(cd), p.values.to(cd), weight))
-    lse_view.copy_(merged)
+    for p in parts:
+        lse_view = _dest_view(lse, p, 1)
+        merged = torch.logaddexp(lse_view, p.lse.to(cd))
+        weight = torch.exp(p.lse.to(cd) - merged).unsqueeze(-1)
+        _dest_view(out, p, d).lerp_(p.values.to(out.dtype), weight.to(out.dtype))
+        lse_view.copy_(merged)
 
 
 def sum_parts(parts: list[Part], dest: torch.Tensor, *, accumulate: bool = False) -> None:

