@@ -9,17 +9,20 @@ when the largest segment fits in a shard no key/value ever has to move).  Causal
 shard lies entirely after the query shard are skipped (the data is still forwarded).
 
 **Lanes: memory that shrinks as 1/N.**  A rank's own q, k, v and output are 1/N of the sequence;
-everything else must be too, and small.  So each shard's keys/values are cut into ``lanes``
-sub-chunks (8 once the shard's one-piece intermediates exceed the module's ``single_shot_bytes``,
-1 below it) and the ring runs once per lane: what travels, and what is alive on a rank besides
-its inputs and output, is one sub-chunk (the one attended to and being sent, the one arriving)
-and the pieces of the whole query shard against that one sub-chunk.  Those pieces are merged
-into the output at once by log-sum-exp (:func:`attention._merge.merge_online`: the output and a
-float32 LSE are the running state), so no piece outlives its step.  Measured on 4 H200s
-(docs/perf/distributed.md): without lanes a rank's forward peak was 2.7x (2 GPUs) and 1.35x
-(4 GPUs) the single-device ring's for the whole sequence.  The query side is the whole shard
-(one set of kernel calls per sub-chunk), except on the causal diagonal, where the shard's own
-sub-chunks meet each other as square causal / unmasked pieces.
+everything else must be too, and small.  So once a shard's one-piece intermediates exceed the
+module's ``single_shot_bytes``, each shard's keys/values are cut into ``lanes`` sub-chunks and the
+ring runs once per lane: what travels, and what is alive on a rank besides its inputs and output,
+is the key/value sub-chunks in flight and the pieces of the whole query shard against one of
+them, merged into the output at once by log-sum-exp (:func:`attention._merge.merge_online`: the
+output and a float32 LSE are the running state), so no piece outlives its step.  The lane count
+keeps the sub-chunks in flight at half the output's size (:func:`lanes_for`): 4 lanes when a lane
+has at most 2 steps (one sub-chunk arriving at a time), 8 beyond (one attended while the next
+arrives).  Every lane costs a trip around the ring, and the eager forward is host-bound (~1 ms of
+host time per lane and step on an H200 host), so fewer lanes are faster: measured on 2 H200s at
+128K tokens, 1 / 4 / 8 lanes took 2.8 / 8.8 / 15.1 ms with a per-GPU peak of 1.15 / 0.52 / 0.39x
+the one-GPU ring's whole-sequence peak (docs/perf/distributed.md); ``ring_lanes`` chooses.  The
+query side is the whole shard (one set of kernel calls per sub-chunk), except on the causal
+diagonal, where the shard's own sub-chunks meet each other as square causal / unmasked pieces.
 
 Backward: the same lanes and ring run again; each key/value sub-chunk travels with its float32
 gradient accumulators (dk, dv), every rank adds its contribution, and after a lane's last step one
@@ -43,10 +46,6 @@ from attention._engine import SegmentPlan, run_pieces_backward, run_pieces_forwa
 from attention._lse import compute_dtype
 from attention._merge import Part, merge_online, sum_parts
 from attention._plan import chunk_bounds, split_lengths
-
-#: Sub-chunks per shard when the shard is too large to attend in one piece (as the single-device
-#: ring's default ``ring_size``).
-LANES = 8
 
 
 def gather_shapes(q: torch.Tensor, group) -> list[tuple[int, int, int, int]]:
@@ -131,11 +130,20 @@ class RingSchedule:
         return tuple(p for visits in every for p in visits)
 
 
+def lanes_for(steps: int) -> int:
+    """Lanes that keep the key/value sub-chunks in flight at half of the shard's output: with at
+    most 2 steps one pair (k, v) arrives while the local one is read in place (2/L shards), beyond
+    that one pair is attended while the next arrives (4/L shards)."""
+    return 4 if steps <= 2 else 8
+
+
 def schedule_for(
-    lengths: Sequence[int], rank: int, segment_lengths: Sequence[int], is_causal: bool, lanes: int
+    lengths: Sequence[int], rank: int, segment_lengths: Sequence[int], is_causal: bool, lanes: int | None
 ) -> RingSchedule:
-    """The schedule of one call: steps from the shard geometry, ``lanes`` bounded by the shortest shard."""
+    """The schedule of one call: steps from the shard geometry; ``lanes`` (None: :func:`lanes_for`)
+    bounded by the shortest shard."""
     steps = ring_steps(chunk_bounds(lengths), segment_lengths, is_causal)
+    lanes = lanes_for(steps) if lanes is None else lanes
     return RingSchedule(len(lengths), rank, steps, max(1, min(lanes, *lengths)), bool(is_causal))
 
 

@@ -21,9 +21,10 @@ Distributed: when ``torch.distributed`` is initialised with more than one rank (
 ``sequence_parallel=True``), each rank passes its own contiguous shard of q, k and v (sequence
 split; shards may differ in length) and gets its output shard back; key/value shards travel
 around the ring (:mod:`attention._distributed`): one shard per rank (``ring_size``, if given, must
-equal the world size), each cut into sub-chunks ("lanes") once it exceeds ``single_shot_bytes``, so
-a rank's memory beyond its shard stays O(n / world / 8).  Pass ``sequence_parallel=False`` to keep the
-single-device ring under data parallelism, where every rank holds whole sequences.
+equal the world size), each cut into 4 or 8 sub-chunks ("lanes", ``ring_lanes`` to choose) once it
+exceeds ``single_shot_bytes``, so a rank's memory beyond its shard stays a fraction of the shard.
+Pass ``sequence_parallel=False`` to keep the single-device ring under data parallelism, where every
+rank holds whole sequences.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 
 import torch
 
-from attention._distributed import LANES, DistributedRingFunction, RingSchedule, gather_shapes, schedule_for
+from attention._distributed import DistributedRingFunction, RingSchedule, gather_shapes, schedule_for
 from attention._plan import ring_pairs, split_lengths
 from attention.improved import SegmentEngineAttention
 from attention.pattern import branch_heads
@@ -154,7 +155,7 @@ class RingDilatedAttention(SegmentEngineAttention):
         one_piece = single_shot_bytes(
             b, max(lengths), h, d, q.element_size(), self.segment_lengths, self.dilation_rates, self.mode
         )
-        lanes = self.ring_lanes or (1 if one_piece <= self.single_shot_bytes else LANES)
+        lanes = self.ring_lanes or (1 if one_piece <= self.single_shot_bytes else None)
         sched = schedule_for(lengths, dist.get_rank(group), self.segment_lengths, is_causal, lanes)
         # the plan is global (global positions); this rank only visits its own query shard
         plan = self._plan_global(q, sum(lengths), lengths, is_causal, sched)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from attention._distributed import ring_steps
-from attention._plan import chunk_bounds, split_lengths
+from attention._distributed import RingSchedule, ring_steps, schedule_for
+from attention._plan import build_pieces, chunk_bounds, split_lengths
 from perfguard import communication, machine, profiles, ranks
 from perfguard.rounds import _describe_group_exit
 from perfguard.suite import suite_labels
@@ -71,6 +71,38 @@ def test_distributed_segments_reach_across_the_whole_sequence(
         bounds = chunk_bounds(split_lengths(n, world))
         # so key/value shards travel the whole ring: the suite measures communication at every N
         assert ring_steps(bounds, segments, is_causal=False) == world
+
+
+def test_lanes_keep_the_buffers_in_flight_at_half_a_shard() -> None:
+    # two steps: one (k, v) sub-chunk arrives at a time -> 4 lanes; more steps: two in flight -> 8
+    assert schedule_for([64, 64], 0, [128], False, None).lanes == 4
+    assert schedule_for([32, 32, 32, 32], 0, [128], False, None).lanes == 8
+    assert schedule_for([32, 32, 32, 32], 0, [16], False, None).steps == 1
+    assert schedule_for([5, 3], 1, [8], False, None).lanes == 3  # never more lanes than positions
+    assert schedule_for([64, 64], 0, [128], False, 2).lanes == 2  # ring_lanes chooses
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("lengths", [[46, 45], [23, 23, 23, 22]])
+def test_lanes_attend_every_pair_once(lengths: list[int], causal: bool) -> None:
+    """Summed over every rank's lanes and steps, the pieces attend exactly the (query, key) pairs
+    of the whole-shard pieces: lanes neither drop nor repeat work."""
+    n, h = sum(lengths), 5
+    cfg = {"num_heads": h, "segment_lengths": [8, 16, 32], "dilation_rates": [1, 2, 4], "mode": "longnet"}
+
+    def pairs(bounds, q_chunk: int, k_chunk: int) -> int:
+        pieces = build_pieces(
+            seq_len=n, bounds=bounds, q_chunk=q_chunk, k_chunk=k_chunk, is_causal=causal, **cfg
+        )
+        return sum(piece.pairs for piece in pieces)
+
+    shards = chunk_bounds(lengths)
+    for rank in range(len(lengths)):
+        sched = schedule_for(lengths, rank, cfg["segment_lengths"], causal, 4)
+        bounds = RingSchedule.chunk_bounds(lengths, sched.lanes)
+        got = sum(pairs(bounds, qi, kc) for qi, kc in sched.pairs())
+        want = sum(pairs(shards, rank, c) for c in range(len(lengths)))
+        assert got == want > 0
 
 
 def test_the_distributed_profiles_run_the_distributed_suite() -> None:
