@@ -144,9 +144,9 @@ def merge_online(parts: list[Part], out: torch.Tensor, lse: torch.Tensor) -> Non
     temporary of the part's size, five kernels per part, so the distributed ring
     (:mod:`attention._distributed`) never keeps the pieces of earlier steps.  In bf16/fp16 the
     output is rounded once per merged part and the weight is rounded to the output's dtype (the
-    one-pass :func:`merge_parts` rounds once per row): on 4 H200s the distributed output was
-    within 5e-3 (relative) of float32, the one-device ring's within 2.4e-3 (docs/perf/distributed.md).
-    float32 and float64 are exact to their rounding.
+    one-pass :func:`merge_parts` rounds once per row): on 2 H200s the distributed output was
+    2.3-3.0e-3 (relative) from the same computation in float32, the one-device ring's 2.2-2.4e-3
+    (docs/perf/distributed.md).  float32 and float64 are exact to their rounding.
     """
     _check_dest(out, lse)
     d = out.shape[-1]
