@@ -124,6 +124,11 @@ def main() -> int:
     parser.add_argument("--launch", default=None, help="group sizes to launch with torchrun, e.g. 1,2,4")
     parser.add_argument("--jsonl", type=Path, default=None)
     args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("distributed_lanes.py measures NCCL groups of GPUs: no CUDA GPU here, nothing measured")
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     args.jsonl = args.jsonl or args.out / "lanes.jsonl"
     if not args.launch:
