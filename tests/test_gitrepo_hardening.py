@@ -61,6 +61,19 @@ def registered(repo: Path) -> list[Path]:
     return [Path(line.split(" ", 1)[1]) for line in out.splitlines() if line.startswith("worktree ")][1:]
 
 
+def made(repo: Path) -> list[Path]:
+    """Linked worktrees that `git worktree add` has finished: while it runs, the worktree is listed
+    as ``locked`` ("initializing"), and a `git worktree add` whose parent dies then (its output pipe
+    closed) removes it again, so a test that kills perfguard must wait past that point."""
+    out = git(repo, "worktree", "list", "--porcelain")
+    blocks = [block.splitlines() for block in out.strip().split("\n\n")][1:]
+    return [
+        Path(lines[0].split(" ", 1)[1])
+        for lines in blocks
+        if lines and not any(line == "locked" or line.startswith("locked ") for line in lines)
+    ]
+
+
 # --- D8: the store's own files are not changes ---------------------------------------------------
 
 
@@ -237,7 +250,7 @@ def test_a_killed_perfguard_run_commit_is_cleaned_up_by_the_next_command(tmp_pat
     )
     try:
         deadline = time.monotonic() + 120
-        while not registered(project):  # wait until it has made its worktree of HEAD~1
+        while not made(project):  # wait until it has made its worktree of HEAD~1
             assert run.poll() is None, "perfguard run ended before making its worktree"
             assert time.monotonic() < deadline, "perfguard run made no worktree within 120 s"
             time.sleep(0.1)
