@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from attention._engine import SegmentPlan, run_pieces_backward, run_pieces_forward
+from attention._engine import SegmentPlan, chunk, run_pieces_backward, run_pieces_forward, sum_into_rows
 from attention._lse import compute_dtype
 from attention._merge import Part, merge_online, sum_parts
 from attention._plan import chunk_bounds, split_lengths
@@ -160,23 +160,21 @@ def _exchange(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], to: int, frm: 
     return dist.batch_isend_irecv(ops)
 
 
-def _rows(x: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-    """Positions [lo, hi) of a (b, L, ...) tensor, contiguous (a view when batch is 1)."""
-    part = x[:, lo:hi]
-    return part if part.is_contiguous() else part.contiguous()
-
-
-def _local(plan: SegmentPlan, sched: RingSchedule, chunk: int) -> tuple[int, int]:
-    """A query chunk's positions relative to this rank's shard."""
+def _visits(plan: SegmentPlan, sched: RingSchedule, lane: int, step: int):
+    """The (query chunk, key chunk) pairs of (lane, step) that have pieces: each with its pieces and
+    the query chunk's positions [q0, q1) relative to this rank's shard."""
     base = plan.bounds[sched.shard(sched.rank)][0]
-    lo, hi = plan.bounds[chunk]
-    return lo - base, hi - base
+    for qi, kc in sched.visits(lane, step):
+        pieces = plan.pieces(qi, kc)
+        if pieces:
+            lo, hi = plan.bounds[qi]
+            yield qi, kc, pieces, lo - base, hi - base
 
 
 def _kv(plan: SegmentPlan, sub: int, k: torch.Tensor, v: torch.Tensor, base: int) -> list[torch.Tensor]:
     """This rank's key/value sub-chunk ``sub`` (what travels): views when batch is 1, no copy."""
     lo, hi = plan.bounds[sub]
-    return [_rows(k, lo - base, hi - base), _rows(v, lo - base, hi - base)]
+    return [chunk(k, lo - base, hi - base), chunk(v, lo - base, hi - base)]
 
 
 def _empty(plan: SegmentPlan, sub: int, like: torch.Tensor, count: int, dtype=None) -> list[torch.Tensor]:
@@ -187,13 +185,8 @@ def _empty(plan: SegmentPlan, sub: int, like: torch.Tensor, count: int, dtype=No
     return [torch.empty(b, hi - lo, h, d, dtype=dtype, device=like.device) for _ in range(count)]
 
 
-def _merge_rows(
-    parts: list[Part], out: torch.Tensor, lse: torch.Tensor, lo: int, hi: int, whole: bool
-) -> None:
+def _merge_rows(parts: list[Part], out: torch.Tensor, lse: torch.Tensor, lo: int, hi: int) -> None:
     """Merge ``parts`` (geometry relative to positions [lo, hi)) into the running out / LSE."""
-    if whole:
-        merge_online(parts, out, lse)
-        return
     rows, rows_lse = out[:, lo:hi], lse[:, lo:hi]
     if rows.is_contiguous() and rows_lse.is_contiguous():
         merge_online(parts, rows, rows_lse)
@@ -202,16 +195,6 @@ def _merge_rows(
     merge_online(parts, tmp, tmp_lse)
     rows.copy_(tmp)
     rows_lse.copy_(tmp_lse)
-
-
-def _sum_rows(parts: list[Part], dest: torch.Tensor, lo: int, hi: int, whole: bool) -> None:
-    view = dest if whole else dest[:, lo:hi]
-    if view.is_contiguous():
-        sum_parts(parts, view, accumulate=True)
-    else:
-        tmp = view.contiguous()
-        sum_parts(parts, tmp, accumulate=True)
-        view.copy_(tmp)
 
 
 class DistributedRingFunction(torch.autograd.Function):
@@ -235,15 +218,9 @@ class DistributedRingFunction(torch.autograd.Function):
                     nxt = _empty(plan, sched.sub(sched.holder(s + 1), lane), k, 2)
                     reqs = _exchange(list(zip(kv, nxt, strict=True)), (a + 1) % world, (a - 1) % world, group)
                 kk, vv = kv
-                for qi, kc in sched.visits(lane, s):
-                    pieces = plan.pieces(qi, kc)
-                    if not pieces:
-                        continue
-                    whole = qi == sched.shard(a)
-                    q0, q1 = _local(plan, sched, qi)
-                    qc = q if whole else _rows(q, q0, q1)
-                    parts, auxes[(qi, kc)] = run_pieces_forward(plan, pieces, qc, kk, vv)
-                    _merge_rows(parts, out, lse, q0, q1, whole)
+                for qi, kc, pieces, q0, q1 in _visits(plan, sched, lane, s):
+                    parts, auxes[(qi, kc)] = run_pieces_forward(plan, pieces, chunk(q, q0, q1), kk, vv)
+                    _merge_rows(parts, out, lse, q0, q1)
                     del parts
                 for r in reqs:
                     r.wait()
@@ -271,17 +248,12 @@ class DistributedRingFunction(torch.autograd.Function):
             for s in range(sched.steps):
                 kk, vv = kv
                 dkk, dvv = dkv
-                for qi, kc in sched.visits(lane, s):
-                    pieces = plan.pieces(qi, kc)
-                    if not pieces:
-                        continue
-                    whole = qi == sched.shard(a)
-                    q0, q1 = _local(plan, sched, qi)
-                    sl = (lambda x: x) if whole else (lambda x, q0=q0, q1=q1: _rows(x, q0, q1))
+                for qi, kc, pieces, q0, q1 in _visits(plan, sched, lane, s):
+                    rows = [chunk(x, q0, q1) for x in (q, out, lse, dout)]
                     dq_p, dk_p, dv_p = run_pieces_backward(
-                        plan, pieces, sl(q), kk, vv, sl(out), sl(lse), sl(dout), ctx.auxes[(qi, kc)]
+                        plan, pieces, rows[0], kk, vv, rows[1], rows[2], rows[3], ctx.auxes[(qi, kc)]
                     )
-                    _sum_rows(dq_p, dq, q0, q1, whole)
+                    sum_into_rows(dq_p, dq, q0, q1)
                     sum_parts(dk_p, dkk, accumulate=True)
                     sum_parts(dv_p, dvv, accumulate=True)
                 if s < sched.steps - 1:

@@ -125,10 +125,22 @@ def _batch_rows(x: torch.Tensor) -> int:
     return x.shape[1] * x.shape[2]
 
 
-def _chunk(x: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-    """A contiguous chunk (a view when batch is 1 or the chunk is everything, else a copy)."""
+def chunk(x: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """Positions [lo, hi) of a (b, L, ...) tensor, contiguous (a view when batch is 1 or the chunk
+    is everything, else a copy)."""
     part = x[:, lo:hi]
     return part if part.is_contiguous() else part.contiguous()
+
+
+def sum_into_rows(parts: list[Part], dest: torch.Tensor, lo: int, hi: int) -> None:
+    """Add the parts (geometry relative to positions [lo, hi)) into those rows of ``dest``."""
+    view = dest[:, lo:hi]
+    if view.is_contiguous():
+        sum_parts(parts, view, accumulate=True)
+    else:  # batch > 1 with several chunks: sum into a copy, write back
+        tmp = view.contiguous()
+        sum_parts(parts, tmp, accumulate=True)
+        view.copy_(tmp)
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,7 +249,7 @@ def single_device_forward(
         pieces = plan.pieces(a, c)
         if pieces:
             new, auxes[(a, c)] = run_pieces_forward(
-                plan, pieces, _chunk(q, a0, a1), _chunk(k, c0, c1), _chunk(v, c0, c1)
+                plan, pieces, chunk(q, a0, a1), chunk(k, c0, c1), chunk(v, c0, c1)
             )
             parts.extend(new)
         remaining[a] -= 1
@@ -296,22 +308,16 @@ def single_device_backward(
         dq_p, dk_p, dv_p = run_pieces_backward(
             plan,
             pieces,
-            _chunk(q, a0, a1),
-            _chunk(k, c0, c1),
-            _chunk(v, c0, c1),
-            _chunk(out, a0, a1),
-            _chunk(lse, a0, a1),
-            _chunk(dout, a0, a1),
+            chunk(q, a0, a1),
+            chunk(k, c0, c1),
+            chunk(v, c0, c1),
+            chunk(out, a0, a1),
+            chunk(lse, a0, a1),
+            chunk(dout, a0, a1),
             auxes[(a, c)],
         )
         for dest, ps, (lo, hi) in ((dq, dq_p, (a0, a1)), (dk, dk_p, (c0, c1)), (dv, dv_p, (c0, c1))):
-            view = dest[:, lo:hi]
-            if view.is_contiguous():
-                sum_parts(ps, view, accumulate=True)
-            else:
-                tmp = view.contiguous()
-                sum_parts(ps, tmp, accumulate=True)
-                view.copy_(tmp)
+            sum_into_rows(ps, dest, lo, hi)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
