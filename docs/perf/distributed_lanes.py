@@ -135,12 +135,9 @@ def main() -> int:
         worker(args)
         return 0
     args.jsonl.unlink(missing_ok=True)
-    env = {
-        **os.environ,
-        "NCCL_NVLS_ENABLE": "0",
-        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-        "NVSHMEM_DISABLE_NVLS": "1",
-    }
+    from perfguard.ranks import LAUNCH_ENV  # NVLink multicast off, as in every perfguard group
+
+    env = {**os.environ, **LAUNCH_ENV}
     for n in (int(x) for x in args.launch.split(",")):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n), __file__,
                "--out", str(args.out), "--jsonl", str(args.jsonl), "--lengths", args.lengths, "--lanes", args.lanes]  # fmt: skip
