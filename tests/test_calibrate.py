@@ -357,6 +357,37 @@ def test_the_protocol_counts_false_alarms_and_detections_as_check_decides_them()
     assert "## Process-to-process noise: 12 rounds of HEAD" in markdown
 
 
+def test_planted_only_calibration_measures_no_a_a_and_reports_the_noise_of_the_planted_rounds() -> None:
+    """``--aa 0``: the planted comparisons alone (a device-time budget spent on detection rates)."""
+    machine = SyntheticMachine()
+    plan = cal.Plan(rounds=3, aa=0, planted=(0.5,), repeats=2, asv=False)
+    clock = cal.PhaseClock()
+    findings = cal.Calibrator(machine, plan, Config(), clock).run()
+
+    assert {c[3] for c in machine.calls} == {cal._MEASURE_PLANTED, cal._RETRY_PLANTED}
+    assert findings.aa == [] and findings.planted_skipped is None
+    # the noise of HEAD's 6 planted-phase rounds, forward only (what was measured)
+    assert findings.noise_rounds == 6 and {r.rounds for r in findings.noise} == {6}
+    assert {r.benchmark for r in findings.noise} == {"bench_attention.Forward.track_time"}
+    calibration = cal.Calibration(
+        meta={"device": "cpu"}, plan=plan, config=Config(), findings=findings, clock=clock, wall_s=10.0
+    )
+    assert [t.label for t in calibration.tallies()] == ["planted +50%"]
+    report = json.loads(json.dumps(calibration.to_json(), allow_nan=False))
+    assert report["aa"] is None
+    assert report["planted"]["fractions"][0]["comparisons"] == 4
+    assert report["planted"]["fractions"][0]["detected"] == 4
+    markdown = calibration.to_markdown()
+    assert "A/A (false alarms)" not in markdown and "| planted +50% | 4 | 4/4 (100%) |" in markdown
+    assert "## Process-to-process noise: 6 rounds of HEAD" in markdown
+
+
+def test_no_a_a_and_no_plants_is_refused_with_exit_2(project: Path) -> None:
+    proc = perfguard(project, "calibrate", "--profile", "quick", "--aa", "0", "--planted", "")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "nothing to measure" in proc.stderr and "hint:" in proc.stderr
+
+
 # --------------------------------------------------------------------------------------------
 # the command
 # --------------------------------------------------------------------------------------------

@@ -70,9 +70,12 @@ _PLANTED_TEMPLATE = """
 # before each forward call.  CPU: a busy loop of process CPU time (the CPU timer measures
 # time.process_time, which sleeping does not use).  CUDA: torch.cuda._sleep, a kernel that spins
 # for a number of GPU clock cycles, so a CUDA-graph capture replays it.  The module's own time is
-# measured once, on its first forward call, which perfguard's timer never times: two warm calls,
-# then the median of five timed calls (process CPU time), or on CUDA the median of three timings of
-# ten calls queued behind a spin kernel (GPU time without launch gaps, as a graph replay runs).
+# measured once, on its first forward call, which perfguard's timer never times: on the CPU two
+# warm calls, then the median of five timed calls (process CPU time); on CUDA by perfguard's own
+# timer (perfguard.timing.time_call: the call captured as a CUDA graph and replayed after L2
+# flushes, or timed eagerly where capture fails), so the plant is the fraction of the number the
+# gate compares.  (Timing eager calls queued back to back counted each kernel's launch latency on
+# the GPU: a +10% plant made a 324-kernel forward 1.33x slower under graph replay.)
 import statistics as _planted_statistics
 import time as _planted_time
 
@@ -93,24 +96,10 @@ def _planted_gpu_seconds(fn):
     return start.elapsed_time(end) / 1000.0
 
 
-def _planted_gpu_work_seconds(fn, calls=10):
-    # The module's GPU time without its launch gaps (what a CUDA-graph replay of it takes): the GPU
-    # is held by a spin kernel while the host queues `calls` calls, then events time them back to
-    # back.  Timing one eager call would count a launch-bound module's host gaps, and the plant
-    # would then be several times `fraction` of the replayed time that perfguard measures.
-    host = _planted_time.perf_counter()
-    fn()
-    _planted_torch.cuda.synchronize()
-    host = _planted_time.perf_counter() - host
-    _planted_torch.cuda._sleep(int(_planted_cycles_per_second() * (1.5 * calls * host + 0.01)))
-    start = _planted_torch.cuda.Event(enable_timing=True)
-    end = _planted_torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1000.0 / calls
+def _planted_gpu_work_seconds(fn):
+    from perfguard.timing import time_call
+
+    return time_call(fn, "cuda").median
 
 
 def _planted_cpu_seconds(fn):
@@ -121,7 +110,7 @@ def _planted_cpu_seconds(fn):
 
 def _planted_cycles_per_second():
     if not _planted_sleep_rate:
-        cycles = 1_000_000
+        cycles = 20_000_000  # ~10 ms: the launch of the timed kernel is noise next to it
         _planted_torch.cuda._sleep(cycles)
         seconds = [_planted_gpu_seconds(lambda: _planted_torch.cuda._sleep(cycles)) for _ in range(3)]
         _planted_sleep_rate.append(cycles / _planted_statistics.median(seconds))
@@ -139,11 +128,14 @@ def _planted_build(self, *args, **kwargs):
             cuda = any(t.is_cuda for t in tensors)
             if cuda and _planted_torch.cuda.is_current_stream_capturing():
                 return forward(*a, **k)  # never measured inside a capture (not reached: warm first)
-            timer = _planted_gpu_work_seconds if cuda else _planted_cpu_seconds
             for _ in range(2):
                 forward(*a, **k)
-            timings = [timer(lambda: forward(*a, **k)) for _ in range(3 if cuda else 5)]
-            own = _planted_statistics.median(timings)
+            if cuda:
+                own = _planted_gpu_work_seconds(lambda: forward(*a, **k))
+            else:
+                own = _planted_statistics.median(
+                    [_planted_cpu_seconds(lambda: forward(*a, **k)) for _ in range(5)]
+                )
             state["cuda"] = cuda
             state["own_s"] = own
             if cuda:

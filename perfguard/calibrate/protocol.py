@@ -326,32 +326,53 @@ class Calibrator:
             aa_findings.append((aa[-1], f"A/A {i + 1}"))
             flagged = sum(o.flagged for o in aa[-1].outcomes)
             self.say(f"A/A {i + 1}/{plan.aa}: {flagged} false alarm(s) in {len(aa[-1].outcomes)} comparisons")
-        with self.clock.phase(_VERDICTS):
-            noise = process_noise(head_rounds, self.config)
-        findings = Findings(noise=noise, noise_rounds=len(head_rounds), aa=aa, planted=[])
+        findings = Findings(noise=[], noise_rounds=0, aa=aa, planted=[])
         for comparison, label in aa_findings:
             findings.note_uncompared(comparison, label)
-        if not plan.planted:
-            return findings
-        forward = [
-            r for r in noise
-            if r.status == "ok" and r.gated and r.benchmark.endswith("." + PLANTED_BENCHMARK)
-        ]  # fmt: skip
-        if not forward:
-            findings.planted_skipped = (
-                f"no gated {PLANTED_BENCHMARK} benchmark ran in the A/A rounds (selection, skips or "
-                "failures): nothing to plant a slowdown in"
-            )
-            self.say(f"planted slowdowns skipped: {findings.planted_skipped}")
-            return findings
+        if plan.aa:
+            self._noise(findings, head_rounds)
+            if plan.planted and not self._forward_ran(findings.noise):
+                findings.planted_skipped = (
+                    f"no gated {PLANTED_BENCHMARK} benchmark ran in the A/A rounds (selection, skips or "
+                    "failures): nothing to plant a slowdown in"
+                )
+                self.say(f"planted slowdowns skipped: {findings.planted_skipped}")
+                return findings
+        if plan.planted:
+            planted_head = self._planted(findings)
+            if not plan.aa:  # the process noise of what was measured: HEAD's planted-phase rounds
+                self._noise(findings, planted_head)
+                if not self._forward_ran(findings.noise):
+                    findings.planted_skipped = (
+                        f"no gated {PLANTED_BENCHMARK} benchmark ran in the planted rounds (selection, "
+                        "skips or failures): nothing to plant a slowdown in"
+                    )
+        return findings
+
+    def _noise(self, findings: Findings, head_rounds: list[list[ResultRecord]]) -> None:
+        with self.clock.phase(_VERDICTS):
+            findings.noise = process_noise(head_rounds, self.config)
+        findings.noise_rounds = len(head_rounds)
+
+    @staticmethod
+    def _forward_ran(noise: Sequence[NoiseRow]) -> bool:
+        """Whether a gated forward timing was measured (there is something to plant a slowdown in)."""
+        suffix = "." + PLANTED_BENCHMARK
+        return any(r.status == "ok" and r.gated and r.benchmark.endswith(suffix) for r in noise)
+
+    def _planted(self, findings: Findings) -> list[list[ResultRecord]]:
+        """Every repetition of HEAD against the planted commits; returns HEAD's rounds."""
+        plan = self.plan
         selection = forward_selection(plan.bench)
         keys = [planted_key(f) for f in plan.planted]
+        head_rounds: list[list[ResultRecord]] = []
         for rep in range(plan.repeats):
             self.say(
                 f"planted {rep + 1}/{plan.repeats}: HEAD and {', '.join(percent(f) for f in plan.planted)}, "
                 f"interleaved, {plan.rounds} rounds each ({PLANTED_BENCHMARK} only)"
             )
             sides = self._rounds([HEAD, *keys], plan.rounds, _MEASURE_PLANTED, bench=selection)
+            head_rounds += sides[0]
             for fraction, key, rounds in zip(plan.planted, keys, sides[1:], strict=True):
                 comparison = self._pair(
                     HEAD, key, sides[0], rounds, kind="planted", repeat=rep + 1, fraction=fraction,
@@ -364,4 +385,4 @@ class Calibrator:
                     f"planted {percent(fraction)} ({rep + 1}/{plan.repeats}): {flagged} of "
                     f"{len(comparison.outcomes)} flagged"
                 )
-        return findings
+        return head_rounds

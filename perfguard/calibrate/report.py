@@ -138,7 +138,7 @@ class Calibration:
         return self.meta.get("device") == "cuda"
 
     def tallies(self) -> list[Tally]:
-        out = [Tally.of("A/A (false alarms)", None, self.findings.aa, self.plan.asv)]
+        out = [Tally.of("A/A (false alarms)", None, self.findings.aa, self.plan.asv)] if self.plan.aa else []
         for f in self.plan.planted:
             these = [c for c in self.findings.planted if c.fraction == f]
             if these:
@@ -284,13 +284,14 @@ class Calibration:
 
     def to_json(self) -> dict[str, Any]:
         tallies = self.tallies()
-        aa = tallies[0]
+        aa = tallies[0] if self.plan.aa else None
         asv_rule_text = {"factor": 1 + self.config.threshold, "rule": "factor only (track_)"}
         asv_stats_text = {"factor": 1 + self.config.threshold, "rule": "round values as samples"}
         planted = []
         commits = {c["fraction"]: c for c in self.meta.get("planted_commits", [])}
-        for t in tallies[1:]:
-            assert t.fraction is not None
+        for t in tallies:
+            if t.fraction is None:
+                continue
             runs = [c for c in self.findings.planted if c.fraction == t.fraction]
             planted.append(
                 {
@@ -337,7 +338,9 @@ class Calibration:
                     "flagged": sum(r.flagged for r in self.findings.noise),
                     "benchmarks": [r.to_json() for r in self.findings.noise],
                 },
-                "aa": {
+                "aa": None
+                if aa is None
+                else {
                     "repetitions": self.plan.aa,
                     "rounds": self.plan.rounds,
                     "comparisons": aa.comparisons,

@@ -72,6 +72,13 @@ def calibrate(
             f"--planted {text!r}: {exc}",
             hint="give fractions of the module's own time, comma-separated: --planted 0.1,0.3,0.5",
         ) from None
+    if aa < 0:
+        raise UsageError(f"--aa {aa}: a number of A/A repetitions cannot be negative", hint="--aa 2")
+    if aa == 0 and not fractions:
+        raise UsageError(
+            "--aa 0 with no --planted fractions: there is nothing to measure",
+            hint="give A/A repetitions (--aa 2) or planted slowdowns (--planted 0.1,0.3)",
+        )
     if use_asv and (why := check_asv()):
         raise UsageError(
             f"--asv needs asv's statistics, which cannot be imported here ({why})",

@@ -31,10 +31,11 @@ _path = click.Path(dir_okay=False, path_type=Path)
 @rounds_option
 @click.option(
     "--aa",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=0),
     default=2,
     show_default=True,
-    help="A/A repetitions: HEAD measured as two sides (interleaved) and compared with itself.",
+    help="A/A repetitions: HEAD measured as two sides (interleaved) and compared with itself; "
+    "0 with --planted measures only the planted comparisons.",
 )
 @click.option(
     "--planted",
