@@ -194,7 +194,11 @@ def _block_d(d: int) -> int:
 
 
 def _block_r(block_d: int) -> int:
-    return max(16, 8192 // block_d)  # 8K values per program: 64 rows at head_dim 128
+    """Rows per program: 2K values (32 rows at head_dim 64).  The kernel's code grows with the
+    values a thread holds times the parts it inverts (integer divisions, unrolled); with 8K values a
+    program ptxas took 16 s for 4 parts and 54 s for 8 (sm_90, busy 2-core VM), with 2K 2.2 s and
+    10.5 s (docs/perf/attention.md, "The Triton merge's compile time")."""
+    return max(16, 2048 // block_d)
 
 
 def _launch_args(parts: list[Part | None], dummy: torch.Tensor) -> list:
