@@ -44,8 +44,9 @@ def main(paths: list[str]) -> None:
         r = rows[label]
         ratios = r["ratios"]
         spread = f"{min(ratios):.3f} / {statistics.median(ratios):.3f} / {max(ratios):.3f}" if ratios else ""
+        files = ", ".join(sorted(r["files"]))
         print(f"| {label} | {r['checks']} | {r['n']} | {r['flagged']} | {r['flagged'] / r['n']:.1%} | "
-              f"{r['suspects']} | {len(r['impls'])} | {spread} | {', '.join(sorted(r['files']))} |")  # fmt: skip
+              f"{r['suspects']} | {len(r['impls'])} | {spread} | {files} |")  # fmt: skip
 
 
 if __name__ == "__main__":
