@@ -379,6 +379,7 @@ def test_planted_only_calibration_measures_no_a_a_and_reports_the_noise_of_the_p
     assert report["planted"]["fractions"][0]["detected"] == 4
     markdown = calibration.to_markdown()
     assert "A/A (false alarms)" not in markdown and "| planted +50% | 4 | 4/4 (100%) |" in markdown
+    assert "No A/A (--aa 0)." in markdown and "A/A: HEAD against itself" not in markdown
     assert "## Process-to-process noise: 6 rounds of HEAD" in markdown
 
 

@@ -216,9 +216,14 @@ class Calibration:
             rows.append(tuple(row))
         notes = [
             f"Threshold {self.config.threshold:.0%}: a regression needs a ratio above "
-            f"{1 + self.config.threshold:.2f}. A/A: HEAD against itself, {self.plan.aa} repetition(s) "
-            f"of {self.plan.rounds} + {self.plan.rounds} interleaved rounds; every regression is a false "
-            f"alarm. Planted: {self.plan.repeats} repetition(s) of HEAD against each planted commit, "
+            f"{1 + self.config.threshold:.2f}. "
+            + (
+                f"A/A: HEAD against itself, {self.plan.aa} repetition(s) of {self.plan.rounds} + "
+                f"{self.plan.rounds} interleaved rounds; every regression is a false alarm. "
+                if self.plan.aa
+                else "No A/A (--aa 0). "
+            )
+            + f"Planted: {self.plan.repeats} repetition(s) of HEAD against each planted commit, "
             f"{self.plan.rounds} + {self.plan.rounds} rounds; the rate is detections / comparisons. "
             f"Suspects were re-measured {self.config.retry.rounds} + {self.config.retry.rounds} rounds, "
             f"interleaved{'' if self.config.retry.enabled else ' (disabled: stage 1 is final)'}. "
