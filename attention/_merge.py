@@ -62,8 +62,10 @@ def triton_merge_enabled(t: torch.Tensor, parts: list[Part] = ()) -> bool:
     Not the default: on an H100 (2026-11-25, docs/perf/attention.md) its first call in a process
     cost 22-25 s of Triton compilation per shape configuration, against 0.4 s (forward) and 3.8 s
     (forward+backward, cuDNN's plans) with the torch merge; every fresh benchmark process paid it,
-    and ``perfguard verify`` of ``improved`` did not finish in 300 s.  Until the kernel compiles once
-    per process (no per-shape specialisation), the torch merge is the default.
+    and ``perfguard verify`` of ``improved`` did not finish in 300 s.  Most of that was ptxas on an
+    8K-values-a-program kernel; at 2K values a program it compiles 7-11x faster for sm_90 (measured
+    on the CPU, docs/perf/attention.md).  It becomes the default once the GPU shows that it is also
+    fast; until then the torch merge is.
     """
     choice = os.environ.get("ATTENTION_MERGE", "torch")
     if choice != "triton" or t.dtype == torch.float64:
