@@ -448,8 +448,11 @@ def _end_group(proc: subprocess.Popen[bytes], shim: Path) -> None:
 
 
 def _describe_group_exit(code: int, log: str) -> str:
-    """How a group ended: torchrun's exit, and each failed rank from its summary (deaths by a signal
-    first: a rank that raised after a peer died is a consequence, not the cause)."""
+    """How a group ended: torchrun's exit, and each failed rank from its summary, the likely cause
+    first: deaths by a signal, then ranks that exited with an error (a rank that raised after a peer
+    died is a consequence), then SIGTERM (torchrun ends the survivors of a failed group with it).
+    torchrun's own "Root Cause" is the first failure it *observed*, which under load is often not
+    the first that happened."""
     how = _describe_exit(code)
     failures = re.findall(r"^\s*rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", log, flags=re.MULTILINE)
     seen: dict[int, int] = {}
@@ -457,7 +460,12 @@ def _describe_group_exit(code: int, log: str) -> str:
         seen.setdefault(int(rank), int(exit_code))
     if not seen:
         return how
-    ordered = sorted(seen.items(), key=lambda item: (item[1] >= 0, item[0]))
+
+    def cause_first(item: tuple[int, int]) -> tuple[int, int]:
+        rank, c = item
+        return (2 if c == -signal.SIGTERM else 1 if c >= 0 else 0), rank
+
+    ordered = sorted(seen.items(), key=cause_first)
     return f"{how}; " + ", ".join(f"rank {rank}: {_describe_exit(c)}" for rank, c in ordered)
 
 

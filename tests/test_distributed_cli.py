@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -219,6 +220,39 @@ DistributedRingFunction.forward = staticmethod(_dying_forward)
 """
 
 
+# rank 0 is still busy (asleep) when rank 1 dies, so torchrun ends it with SIGTERM before it can
+# report: the path a loaded machine takes at random, made certain
+RANK_DIES_PEER_BUSY = RANK_DIES.replace(
+    "    return _planted_forward(",
+    "    if dist.get_rank(group) == 0 and plan.seq_len == 2048:\n"
+    "        import time\n\n"
+    "        time.sleep(120)\n"
+    "    return _planted_forward(",
+)
+
+
+@pytest.mark.slow
+def test_a_rank_torchrun_ends_is_named_after_the_rank_that_died(repo: Path, tmp_path: Path) -> None:
+    assert "time.sleep(120)" in RANK_DIES_PEER_BUSY
+    with (repo / "attention" / "_distributed.py").open("a") as fh:
+        fh.write(RANK_DIES_PEER_BUSY)
+    git(repo, "commit", "-qam", "rank 1 dies at 2048 tokens while rank 0 sleeps")
+    db = tmp_path / "history.db"
+    bench = r"Work\.track_forward_flops\('ring', (2048|4096),"
+    started = time.monotonic()
+    result = distributed(repo, "run", "--bench", bench, "--rounds", "1", db=f"sqlite:///{db}")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert time.monotonic() - started < 110  # nobody waited for the sleeping rank
+    by_len = {
+        json.loads(p)["seq_len"]: (s, e) for s, e, p in rows(db, "SELECT status, error, params FROM results")
+    }
+    status, error = by_len[2048]
+    assert status == "failed" and error.startswith("the benchmark process died while measuring this (")
+    assert "; rank 1: killed by SIGSEGV, rank 0: killed by SIGTERM)" in error
+    assert by_len[4096][0] == "ok"
+    assert not list(tmp_path.glob("**/rank*.pid"))  # no rank outlived its group
+
+
 @pytest.mark.slow
 def test_a_rank_that_dies_fails_its_case_and_a_fresh_group_measures_the_rest(
     repo: Path, tmp_path: Path
@@ -235,10 +269,14 @@ def test_a_rank_that_dies_fails_its_case_and_a_fresh_group_measures_the_rest(
         json.loads(p)["seq_len"]: (s, e) for s, e, p in rows(db, "SELECT status, error, params FROM results")
     }
     status, error = by_len[2048]
-    # gloo tells rank 0 that its peer is gone (rank 0 fails the benchmark and leaves); torchrun ends
-    # the group, and the error says how: the rank that died first, then rank 0
-    assert status == "failed" and error.rstrip().splitlines()[-1].startswith("the group ended (")
-    assert "rank 1: killed by SIGSEGV, rank 0: exit status 3" in error
+    # Either gloo tells rank 0 that its peer is gone and rank 0 fails the benchmark ("the group
+    # ended (...)"), or torchrun ends rank 0 first (SIGTERM) and the round says the process died
+    # while measuring it: which one comes first depends on how busy the machine is (both seen on the
+    # 2-core VM).  Either way the case failed and the rank that died is named first.
+    assert status == "failed"
+    reported = error.rstrip().splitlines()[-1].startswith("the group ended (")
+    assert reported or error.startswith("the benchmark process died while measuring this (")
+    assert "; rank 1: killed by SIGSEGV, rank 0: " in error
     assert by_len[4096][0] == "ok"
     [(settings,)] = rows(db, "SELECT settings FROM runs")
     assert json.loads(settings)["processes"] == 2

@@ -47,6 +47,30 @@ Root Cause (first observed failure):
 """
 
 
+# torchrun ended rank 0 before it could report the peer's death (a busy machine, 2026-11-27): its
+# "Root Cause" is the rank it saw fail first, and the survivor is listed as killed by SIGTERM
+TORCHRUN_SUMMARY_TERM = """\
+Failures:
+[1]:
+  time      : 2026-11-27_18:03:28
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 4287)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 4287
+------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-27_18:03:28
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -11 (pid: 4288)  (SIGSEGV)
+  error_file: <N/A>
+  traceback : Signal 11 (SIGSEGV) received by PID 4288
+======================================================
+"""
+
+
 # --- profiles ---------------------------------------------------------------------------------------
 
 
@@ -189,6 +213,12 @@ def test_a_groups_death_names_every_failed_rank_signals_first() -> None:
         "exit status 1; rank 1: killed by SIGSEGV, rank 0: exit status 3"
     )
     assert _describe_group_exit(1, "no summary at all") == "exit status 1"
+
+
+def test_a_rank_torchrun_terminated_is_named_after_the_rank_that_died() -> None:
+    assert _describe_group_exit(1, TORCHRUN_SUMMARY_TERM) == (
+        "exit status 1; rank 1: killed by SIGSEGV, rank 0: killed by SIGTERM"
+    )
 
 
 # --- communication ----------------------------------------------------------------------------------
