@@ -231,21 +231,32 @@ RANK_DIES_PEER_BUSY = RANK_DIES.replace(
 )
 
 
-@pytest.mark.slow
-def test_a_rank_torchrun_ends_is_named_after_the_rank_that_died(repo: Path, tmp_path: Path) -> None:
-    assert "time.sleep(120)" in RANK_DIES_PEER_BUSY
+def _run_with_a_dying_rank(
+    repo: Path, tmp_path: Path, plant: str, subject: str
+) -> tuple[Any, dict[int, tuple[str, str | None]], Path]:
+    """``perfguard run`` of the ring's 2048 and 4096 flop counts with ``plant`` appended to the
+    distributed engine: the run's result and, per length, the stored (status, error)."""
     with (repo / "attention" / "_distributed.py").open("a") as fh:
-        fh.write(RANK_DIES_PEER_BUSY)
-    git(repo, "commit", "-qam", "rank 1 dies at 2048 tokens while rank 0 sleeps")
+        fh.write(plant)
+    git(repo, "commit", "-qam", subject)
     db = tmp_path / "history.db"
     bench = r"Work\.track_forward_flops\('ring', (2048|4096),"
-    started = time.monotonic()
     result = distributed(repo, "run", "--bench", bench, "--rounds", "1", db=f"sqlite:///{db}")
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert time.monotonic() - started < 110  # nobody waited for the sleeping rank
     by_len = {
         json.loads(p)["seq_len"]: (s, e) for s, e, p in rows(db, "SELECT status, error, params FROM results")
     }
+    return result, by_len, db
+
+
+@pytest.mark.slow
+def test_a_rank_torchrun_ends_is_named_after_the_rank_that_died(repo: Path, tmp_path: Path) -> None:
+    assert "time.sleep(120)" in RANK_DIES_PEER_BUSY
+    started = time.monotonic()
+    result, by_len, _ = _run_with_a_dying_rank(
+        repo, tmp_path, RANK_DIES_PEER_BUSY, "rank 1 dies at 2048 tokens while rank 0 sleeps"
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert time.monotonic() - started < 110  # nobody waited for the sleeping rank
     status, error = by_len[2048]
     assert status == "failed" and error.startswith("the benchmark process died while measuring this (")
     assert "; rank 1: killed by SIGSEGV, rank 0: killed by SIGTERM)" in error
@@ -257,17 +268,9 @@ def test_a_rank_torchrun_ends_is_named_after_the_rank_that_died(repo: Path, tmp_
 def test_a_rank_that_dies_fails_its_case_and_a_fresh_group_measures_the_rest(
     repo: Path, tmp_path: Path
 ) -> None:
-    with (repo / "attention" / "_distributed.py").open("a") as fh:
-        fh.write(RANK_DIES)
-    git(repo, "commit", "-qam", "rank 1 dies at 2048 tokens")
-    db = tmp_path / "history.db"
-    bench = r"Work\.track_forward_flops\('ring', (2048|4096),"
-    result = distributed(repo, "run", "--bench", bench, "--rounds", "1", db=f"sqlite:///{db}")
+    result, by_len, db = _run_with_a_dying_rank(repo, tmp_path, RANK_DIES, "rank 1 dies at 2048 tokens")
     assert result.returncode == 1, result.stdout + result.stderr  # stored, with a failed benchmark
     assert "1 restart(s) after a crash" in result.stderr
-    by_len = {
-        json.loads(p)["seq_len"]: (s, e) for s, e, p in rows(db, "SELECT status, error, params FROM results")
-    }
     status, error = by_len[2048]
     # Either gloo tells rank 0 that its peer is gone and rank 0 fails the benchmark ("the group
     # ended (...)"), or torchrun ends rank 0 first (SIGTERM) and the round says the process died

@@ -331,22 +331,15 @@ class Calibrator:
             findings.note_uncompared(comparison, label)
         if plan.aa:
             self._noise(findings, head_rounds)
-            if plan.planted and not self._forward_ran(findings.noise):
-                findings.planted_skipped = (
-                    f"no gated {PLANTED_BENCHMARK} benchmark ran in the A/A rounds (selection, skips or "
-                    "failures): nothing to plant a slowdown in"
-                )
-                self.say(f"planted slowdowns skipped: {findings.planted_skipped}")
+            if plan.planted and (skipped := self._nothing_to_plant(findings.noise, "the A/A rounds")):
+                findings.planted_skipped = skipped
+                self.say(f"planted slowdowns skipped: {skipped}")
                 return findings
         if plan.planted:
             planted_head = self._planted(findings)
             if not plan.aa:  # the process noise of what was measured: HEAD's planted-phase rounds
                 self._noise(findings, planted_head)
-                if not self._forward_ran(findings.noise):
-                    findings.planted_skipped = (
-                        f"no gated {PLANTED_BENCHMARK} benchmark ran in the planted rounds (selection, "
-                        "skips or failures): nothing to plant a slowdown in"
-                    )
+                findings.planted_skipped = self._nothing_to_plant(findings.noise, "the planted rounds")
         return findings
 
     def _noise(self, findings: Findings, head_rounds: list[list[ResultRecord]]) -> None:
@@ -355,10 +348,15 @@ class Calibrator:
         findings.noise_rounds = len(head_rounds)
 
     @staticmethod
-    def _forward_ran(noise: Sequence[NoiseRow]) -> bool:
-        """Whether a gated forward timing was measured (there is something to plant a slowdown in)."""
+    def _nothing_to_plant(noise: Sequence[NoiseRow], where: str) -> str | None:
+        """Why no slowdown can be planted (no gated forward timing was measured in ``where``), or None."""
         suffix = "." + PLANTED_BENCHMARK
-        return any(r.status == "ok" and r.gated and r.benchmark.endswith(suffix) for r in noise)
+        if any(r.status == "ok" and r.gated and r.benchmark.endswith(suffix) for r in noise):
+            return None
+        return (
+            f"no gated {PLANTED_BENCHMARK} benchmark ran in {where} (selection, skips or failures): "
+            "nothing to plant a slowdown in"
+        )
 
     def _planted(self, findings: Findings) -> list[list[ResultRecord]]:
         """Every repetition of HEAD against the planted commits; returns HEAD's rounds."""

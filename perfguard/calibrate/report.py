@@ -289,7 +289,7 @@ class Calibration:
 
     def to_json(self) -> dict[str, Any]:
         tallies = self.tallies()
-        aa = tallies[0] if self.plan.aa else None
+        aa = next((t for t in tallies if t.fraction is None), None)
         asv_rule_text = {"factor": 1 + self.config.threshold, "rule": "factor only (track_)"}
         asv_stats_text = {"factor": 1 + self.config.threshold, "rule": "round values as samples"}
         planted = []
