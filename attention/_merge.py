@@ -56,19 +56,18 @@ def nested(part: Part) -> bool:
 
 
 def triton_merge_enabled(t: torch.Tensor, parts: list[Part] = ()) -> bool:
-    """The Triton merge only when asked for (``ATTENTION_MERGE=triton``, on any device: the
-    interpreter on the CPU); never for float64 (exactness runs).
+    """Whether the fused Triton merge runs: on CUDA when Triton is importable (``ATTENTION_MERGE``
+    unset or ``auto``), never with ``ATTENTION_MERGE=torch``, and on any device with
+    ``ATTENTION_MERGE=triton`` (the interpreter on the CPU: tests); never for float64 (exactness
+    runs), nor after the kernel failed once in this process.
 
-    Not the default: on an H100 (2026-11-25, docs/perf/attention.md) its first call in a process
-    cost 22-25 s of Triton compilation per shape configuration, against 0.4 s (forward) and 3.8 s
-    (forward+backward, cuDNN's plans) with the torch merge; every fresh benchmark process paid it,
-    and ``perfguard verify`` of ``improved`` did not finish in 300 s.  Most of that was ptxas on an
-    8K-values-a-program kernel; at 2K values a program it compiles 7-11x faster for sm_90 (measured
-    on the CPU, docs/perf/attention.md).  It becomes the default once the GPU shows that it is also
-    fast; until then the torch merge is.
+    Its first call per part count compiles (a few seconds; perfguard's rounds keep Triton's cache
+    on disk, so a machine pays it once): docs/perf/attention.md, "The Triton merge's compile time".
     """
-    choice = os.environ.get("ATTENTION_MERGE", "torch")
-    if choice != "triton" or t.dtype == torch.float64:
+    choice = os.environ.get("ATTENTION_MERGE", "auto")
+    if choice not in ("auto", "torch", "triton"):
+        raise ValueError(f"ATTENTION_MERGE must be auto, torch or triton, got {choice!r}")
+    if choice == "torch" or t.dtype == torch.float64 or (choice == "auto" and t.device.type != "cuda"):
         return False
     from attention import _merge_triton
 

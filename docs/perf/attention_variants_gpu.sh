@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Issue 18 on one GPU, in one device call: the engine variants side by side, then the exactness
+# checks of the new defaults.  Run from the repository root on the lent machine (wheels carried):
+#
+#   bash docs/perf/attention_variants_gpu.sh "$OUT"
+#
+# 1. attention_bench.py, sections improved + ring + kernels, variants torch (the old default),
+#    triton (fused merge) and triton-views (fused merge, cuDNN's backward on strided views):
+#    every ratio of the issue per variant, the first call of each (Triton compiles with an empty
+#    cache: a fresh machine), kernel tables at 32K and 128K.
+# 2. perfguard verify --device cuda with the defaults (bf16 + fp32, all implementations).
+# 3. The CUDA numerics and sync tests with the defaults, then again with cuDNN's backward on views
+#    (the ring's chunked backward crashed cuDNN before the CUDNN_MIN_LEN rule: a crash here ends
+#    only that step).
+# Logs and JSON into $1; a short table last.
+set -u
+out=${1:?usage: attention_variants_gpu.sh OUT_DIR}
+source docs/perf/device_setup.sh
+export TRITON_CACHE_DIR=/tmp/triton-cache-cold
+rm -rf "$TRITON_CACHE_DIR"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$out/summary.txt" 2>&1
+tests=(tests/test_attention_numerics.py tests/test_attention_sync.py -m cuda -q -rs -p no:cacheprovider)
+
+t0=$SECONDS
+OUT="$out" timeout 260 python3 docs/perf/attention_bench.py --sections improved,ring,kernels \
+  --variants torch,triton,triton-views --tag=-variants > "$out/bench.log" 2>&1
+echo "bench rc=$? $((SECONDS - t0)) s" >> "$out/summary.txt"
+
+t0=$SECONDS
+timeout 110 python3 -m perfguard verify --device cuda --json "$out/verify.json" > "$out/verify.log" 2>&1
+echo "verify rc=$? $((SECONDS - t0)) s" >> "$out/summary.txt"
+
+t0=$SECONDS
+timeout 110 python3 -m pytest "${tests[@]}" > "$out/tests.log" 2>&1
+echo "cuda tests (defaults) rc=$? $((SECONDS - t0)) s: $(tail -1 "$out/tests.log")" >> "$out/summary.txt"
+
+t0=$SECONDS
+echo "=== again, cuDNN's backward on views ===" >> "$out/tests.log"
+timeout 110 python3 -c "
+import sys, pytest, attention._kernels as k
+k.CUDNN_BACKWARD_DENSE = False
+sys.exit(pytest.main(sys.argv[1:]))" "${tests[@]}" >> "$out/tests.log" 2>&1
+echo "cuda tests (cuDNN backward on views) rc=$? $((SECONDS - t0)) s: $(tail -1 "$out/tests.log")" \
+  >> "$out/summary.txt"
+
+sed -n '/^| issue 18 target/,/^$/p' "$out/attention_bench-variants.md" 2>/dev/null
+grep -h "first call" "$out/attention_bench-variants.md" 2>/dev/null | cut -c1-200
+cat "$out/summary.txt"
