@@ -106,9 +106,9 @@ def _cpu_flash_backward(dout, q, k, v, out, lse, aux, causal, scale):
 # --------------------------------------------------------------------------------------------
 #: Give cuDNN's backward dense copies of its five inputs instead of the strided views.  It crashed
 #: the process (SIGSEGV, H100, torch 2.11, 2026-11-25) on the ring's chunk views; the cause was
-#: the few-row calls that :data:`CUDNN_MIN_LEN` now keeps away from cuDNN.  Under measurement
-#: (docs/perf/attention.md): the copies are about a fifth of ``improved``'s backward.
-CUDNN_BACKWARD_DENSE = True
+#: the few-row calls that :data:`CUDNN_MIN_LEN` now keeps away from cuDNN, and the copies cost
+#: 0.70 of 4.4 ms of ``improved``'s backward at 32K tokens (docs/perf/attention.md).
+CUDNN_BACKWARD_DENSE = False
 
 
 def _cudnn_forward(q, k, v, causal, scale):

@@ -64,9 +64,9 @@ SECTIONS = ("improved", "ring", "block-sparse", "backends", "kernels")
 #: (``ATTENTION_MERGE``) and whether cuDNN's backward gets dense copies of its inputs
 VARIANTS: dict[str, tuple[str, bool]] = {
     "default": (os.environ.get("ATTENTION_MERGE", "auto"), _kernels.CUDNN_BACKWARD_DENSE),
-    "torch": ("torch", True),
+    "torch": ("torch", True),  # the engine before issue 18's second part
     "triton": ("auto", True),
-    "triton-views": ("auto", False),
+    "triton-views": ("auto", False),  # the engine now
 }
 
 

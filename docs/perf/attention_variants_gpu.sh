@@ -2,19 +2,20 @@
 # Issue 18 on one GPU, in one device call: the engine variants side by side, then the exactness
 # checks of the new defaults.  Run from the repository root on the lent machine (wheels carried):
 #
-#   bash docs/perf/attention_variants_gpu.sh "$OUT"
+#   bash docs/perf/attention_variants_gpu.sh "$OUT" [VARIANTS]     # default: torch,triton-views
 #
+# 0. merge_kernel_bench.py: the merge and gradient-sum kernels alone, GB/s against the bytes moved.
 # 1. attention_bench.py, sections improved + ring + kernels, variants torch (the old default),
 #    triton (fused merge) and triton-views (fused merge, cuDNN's backward on strided views):
 #    every ratio of the issue per variant, the first call of each (Triton compiles with an empty
 #    cache: a fresh machine), kernel tables at 32K and 128K.
 # 2. perfguard verify --device cuda with the defaults (bf16 + fp32, all implementations).
-# 3. The CUDA numerics and sync tests with the defaults, then again with cuDNN's backward on views
-#    (the ring's chunked backward crashed cuDNN before the CUDNN_MIN_LEN rule: a crash here ends
-#    only that step).
+# 3. The CUDA numerics and sync tests with the defaults (cuDNN's backward on views: the ring's
+#    chunked backward crashed cuDNN before the CUDNN_MIN_LEN rule; a crash here ends that step).
 # Logs and JSON into $1; a short table last.
 set -u
-out=${1:?usage: attention_variants_gpu.sh OUT_DIR}
+out=${1:?usage: attention_variants_gpu.sh OUT_DIR [VARIANTS]}
+variants=${2:-torch,triton-views}
 source docs/perf/device_setup.sh
 export TRITON_CACHE_DIR=/tmp/triton-cache-cold
 rm -rf "$TRITON_CACHE_DIR"
@@ -22,27 +23,23 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >
 tests=(tests/test_attention_numerics.py tests/test_attention_sync.py -m cuda -q -rs -p no:cacheprovider)
 
 t0=$SECONDS
-OUT="$out" timeout 260 python3 docs/perf/attention_bench.py --sections improved,ring,kernels \
-  --variants torch,triton,triton-views --tag=-variants > "$out/bench.log" 2>&1
+timeout 120 python3 docs/perf/merge_kernel_bench.py > "$out/merge_kernels.md" 2>&1
+echo "merge kernels rc=$? $((SECONDS - t0)) s" >> "$out/summary.txt"
+
+t0=$SECONDS
+OUT="$out" timeout 200 python3 docs/perf/attention_bench.py --sections improved,ring,kernels \
+  --variants "$variants" --tag=-variants > "$out/bench.log" 2>&1
 echo "bench rc=$? $((SECONDS - t0)) s" >> "$out/summary.txt"
 
 t0=$SECONDS
-timeout 110 python3 -m perfguard verify --device cuda --json "$out/verify.json" > "$out/verify.log" 2>&1
+timeout 130 python3 -m perfguard verify --device cuda --json "$out/verify.json" > "$out/verify.log" 2>&1
 echo "verify rc=$? $((SECONDS - t0)) s" >> "$out/summary.txt"
 
 t0=$SECONDS
-timeout 110 python3 -m pytest "${tests[@]}" > "$out/tests.log" 2>&1
+timeout 130 python3 -m pytest "${tests[@]}" > "$out/tests.log" 2>&1
 echo "cuda tests (defaults) rc=$? $((SECONDS - t0)) s: $(tail -1 "$out/tests.log")" >> "$out/summary.txt"
-
-t0=$SECONDS
-echo "=== again, cuDNN's backward on views ===" >> "$out/tests.log"
-timeout 110 python3 -c "
-import sys, pytest, attention._kernels as k
-k.CUDNN_BACKWARD_DENSE = False
-sys.exit(pytest.main(sys.argv[1:]))" "${tests[@]}" >> "$out/tests.log" 2>&1
-echo "cuda tests (cuDNN backward on views) rc=$? $((SECONDS - t0)) s: $(tail -1 "$out/tests.log")" \
-  >> "$out/summary.txt"
 
 sed -n '/^| issue 18 target/,/^$/p' "$out/attention_bench-variants.md" 2>/dev/null
 grep -h "first call" "$out/attention_bench-variants.md" 2>/dev/null | cut -c1-200
+grep -h "triton\|torch" "$out/merge_kernels.md" | grep -v "^cpu\|NVIDIA"
 cat "$out/summary.txt"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import tempfile
 import time
 
@@ -21,11 +22,11 @@ from triton.compiler import ASTSource
 
 import attention._merge_triton as mt
 
-_CONSTEXPR = ("NUM", "HAS_PRIOR", "ACCUMULATE", "BLOCK_R", "BLOCK_D")
+_CONSTEXPR = ("NUM", "HAS_PRIOR", "ACCUMULATE", "BLOCK_R", "BLOCK_D", "WIDE", "VEC")
 
 
 def _signature(kernel: triton.JITFunction, pointers: dict[str, str]) -> dict[str, str]:
-    """bf16 values, float32 LSEs and accumulators, int64 integers (what a bf16 forward passes)."""
+    """bf16 values, float32 LSEs and accumulators, int32 integers (what a bf16 forward passes)."""
     out = {}
     for name in kernel.arg_names:
         if name in pointers:
@@ -37,12 +38,13 @@ def _signature(kernel: triton.JITFunction, pointers: dict[str, str]) -> dict[str
         elif name in {f"l{i}" for i in range(mt.SLOTS)}:
             out[name] = "*fp32"
         else:
-            out[name] = "i64"
+            out[name] = "i32"  # every integer of a destination below 2**30 rows
     return out
 
 
-def compile_seconds(which: str, parts: int, rows: int, head_dim: int = 64) -> tuple[float, int]:
-    """(seconds, cubin bytes) of one compile for sm_90 in an empty cache."""
+def compile_seconds(which: str, parts: int, rows: int, head_dim: int = 64) -> tuple[float, int, str]:
+    """(seconds, cubin bytes, PTX) of one compile for sm_90 in an empty cache, with what the JIT
+    assumes of aligned tensors (16-byte pointers) and the switches a bf16 forward passes."""
     if which == "merge":
         kernel = mt._merge_kernel
         sig = _signature(kernel, {"out": "*bf16", "lse_out": "*fp32", "prior_o": "*fp32", "prior_l": "*fp32"})
@@ -51,16 +53,20 @@ def compile_seconds(which: str, parts: int, rows: int, head_dim: int = 64) -> tu
         kernel = mt._sum_kernel
         sig = _signature(kernel, {"dest": "*fp32"})
         const = {"NUM": parts, "ACCUMULATE": False, "BLOCK_R": rows, "BLOCK_D": head_dim}
+    const.update(WIDE=False, VEC=8)  # below 2**30 rows, every row 16-byte aligned
+    # what the JIT assumes of a 16-byte aligned pointer and of head_dim 64 (a multiple of 16)
+    aligned = [i for i, (name, t) in enumerate(sig.items()) if t.startswith("*") or name == "D"]
     with tempfile.TemporaryDirectory() as cache:
         os.environ["TRITON_CACHE_DIR"] = cache
         src = ASTSource(
             fn=kernel,
             signature=sig,
             constexprs={(kernel.arg_names.index(k),): v for k, v in const.items()},
+            attrs={(i,): [["tt.divisibility", 16]] for i in aligned},
         )
         started = time.perf_counter()
         compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32))
-        return time.perf_counter() - started, len(compiled.asm["cubin"])
+        return time.perf_counter() - started, len(compiled.asm["cubin"]), compiled.asm["ptx"]
 
 
 def main() -> None:
@@ -70,13 +76,16 @@ def main() -> None:
     ap.add_argument("--kernels", default="merge,sum")
     args = ap.parse_args()
     print(f"triton {triton.__version__}, sm_90, head_dim 64, load average {os.getloadavg()[0]:.1f}")
-    print("| kernel | parts | rows per program | compile s | cubin KiB |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print("| kernel | parts | rows per program | compile s | cubin KiB | global loads | divisions |")
+    print("| --- | ---: | ---: | ---: | ---: | --- | ---: |")
     for which in args.kernels.split(","):
         for parts in (int(p) for p in args.parts.split(",")):
             for rows in (int(r) for r in args.rows.split(",")):
-                seconds, size = compile_seconds(which, parts, rows)
-                print(f"| {which} | {parts} | {rows} | {seconds:.1f} | {size // 1024} |", flush=True)
+                seconds, size, ptx = compile_seconds(which, parts, rows)
+                loads = ", ".join(sorted(set(re.findall(r"ld\.global[.\w]*", ptx))))
+                divisions = len(re.findall(r"\b(?:div|rem)\.[su]", ptx))
+                cells = [which, parts, rows, f"{seconds:.1f}", size // 1024, loads, divisions]
+                print("| " + " | ".join(str(c) for c in cells) + " |", flush=True)
 
 
 if __name__ == "__main__":
