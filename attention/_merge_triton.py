@@ -1,16 +1,29 @@
 """The fused log-sum-exp merge and gradient sum as Triton kernels (see :mod:`attention._merge`).
 
-One program handles ``BLOCK_R`` destination rows ``rid`` (one row = the ``head_dim`` values of one
-(position, head)).  For each part it inverts the part's strided geometry — the row strides of a
-piece's three axes are nested (each larger than the span of the smaller ones, checked on the
-host by :func:`nested`), so ``row − offset`` decomposes by successive division — loads the part's
-row where there is one, and merges online (running max, rescaled sum) in float32 registers.
-Every part is read once and the destination written once; rows no part covers get 0 and −inf.
+Two kernels per launch group of at most :data:`attention._merge.SLOTS` parts:
 
-Parts come in :data:`attention._merge.SLOTS` argument slots per launch (Triton kernels have a
-fixed signature); longer lists are chained through a float32 accumulator.  Integer arguments
-other than ``head_dim`` are not specialised on their values, so one compiled kernel serves every
-shape of a dtype and head_dim.
+1. ``_locate_kernel`` (one thread per destination row; a row is the ``head_dim`` values of one
+   (position, head)): for each part it inverts the part's strided geometry — the row strides of
+   a piece's three axes are nested (each larger than the span of the smaller ones, checked on the
+   host by :func:`attention._merge.nested`), so ``row − offset`` decomposes by successive
+   division — and writes the part's *value row* covering it (−1 where none) into an int32 map.
+   For the merge it also reads each covering part's LSE and writes the merged LSE
+   ``L = log Σ_p exp(lse_p)``.
+2. ``_combine_kernel`` (a block of rows × head_dim): for each part, reads the map, the part's row
+   and (merge) its weight ``exp(lse_p − L)``, accumulates in float32 registers and writes every
+   destination row once.  Rows no part covers get 0 (and −inf as LSE).
+
+Why two: the division chain is ~60 instructions per row and part.  Done inside the 2-D kernel,
+every one of the 8 threads that share a row (16-byte vectors of a 64-value row) repeated it, and
+the kernel was instruction-bound at ~0.9 TB/s (H100, 2026-11-27, 156 µs for a 32K-token merge
+of 7 parts: docs/perf/attention.md); here it is done once per row, and the map costs 4 bytes per
+row and part against 128 bytes of values.
+
+A part's LSE is read at its value row, so it must have the layout of the values' rows (what cuDNN
+returns); :func:`merge` copies an LSE of another layout (FlashAttention-2's) into that layout first.
+Longer part lists are chained through a float32 accumulator; maps are built for at most
+:data:`_MAP_ENTRIES` (row, part) pairs at a time.  Integer arguments other than ``head_dim`` are not
+specialised on their values, so one compiled kernel serves every shape of a dtype and head_dim.
 
 ``AVAILABLE`` is False when Triton cannot be imported; the caller then uses the plain-torch path.
 """
@@ -31,44 +44,54 @@ except ImportError:  # no Triton (CPU-only installs): attention._merge uses the 
 
 _WIDE_ROWS = 1 << 30  # from this many destination rows on, the row arithmetic is 64-bit
 _VEC = 8  # elements a thread may load as one vector when every row starts at a multiple of it
-_SLOT_ARGS = ("v", "l", "off", "s1", "n1", "vs1", "ls1", "s2", "n2", "vs2", "ls2", "s3", "n3", "vs3", "ls3")
+_MAP_ENTRIES = 1 << 24  # (row, part) entries of one map: 64 MiB of int32 at most
+_LOCATE_ROWS = 128  # rows per program of the locate kernel (one per thread at 4 warps)
+_SLOT_ARGS = ("l", "off", "s1", "n1", "r1", "s2", "n2", "r2", "s3", "n3", "r3")
 # not specialised on their values: one compiled kernel serves every shape.  ``D`` (head_dim) is:
 # knowing it is a multiple of 16 lets the column mask hold per vector, so rows load as 16-byte
 # vectors (docs/perf/merge_compile_time.py shows the loads each variant compiles to).
-_INT_ARGS = ["rows"] + [f"{a}{i}" for i in range(SLOTS) for a in _SLOT_ARGS if a not in ("v", "l")]
+_COMBINE_INTS = ["row0", "rows", "chunk"]
+_LOCATE_INTS = _COMBINE_INTS + [f"{a}{i}" for i in range(SLOTS) for a in _SLOT_ARGS if a != "l"]
 
 
-def _slot(part: Part | None, dummy: torch.Tensor, big: int) -> list:
-    """The 15 slot arguments of one part: pointers, offset, and per axis (row stride, size,
-    value stride, lse stride), axes sorted by row stride, size-1 axes at the end with stride
-    ``big`` (larger than any row: every row divides to index 0 there)."""
+def supported(parts: list[Part], d: int) -> bool:
+    """Whether the kernels can read these parts: every row's ``d`` values contiguous, and the
+    rows of each part's values a whole number of rows apart (value row = element offset / d)."""
+    return all(p.values.stride(-1) == 1 and all(s % d == 0 for s in p.values.stride()[:3]) for p in parts)
+
+
+def _row_lse(part: Part, d: int) -> torch.Tensor:
+    """The part's LSE laid out like its values' rows (a copy only when it is not already)."""
+    want = tuple(s // d for s in part.values.stride()[:3])
+    lse = part.lse
+    same = all(st == w for st, w, n in zip(lse.stride(), want, lse.shape, strict=True) if n > 1)
+    if lse.dtype == torch.float32 and same:
+        return lse
+    return torch.empty_strided(lse.shape, want, dtype=torch.float32, device=lse.device).copy_(lse)
+
+
+def _slot(part: Part | None, lse: torch.Tensor | None, dummy: torch.Tensor, big: int, d: int) -> list:
+    """The 11 locate arguments of one part: its LSE (merge) and, per axis sorted by row stride
+    (size-1 axes last, with stride ``big``: every row divides to index 0 there), the row stride,
+    the size and the stride in value rows."""
     if part is None:
-        return [dummy, dummy, 0] + [big, 1, 0, 0] * 3
-    vs = part.values.stride()[:3]
-    ls = part.lse.stride()[:3] if part.lse is not None else (0, 0, 0)
+        return [dummy, 0] + [big, 1, 0] * 3
     axes = sorted(
-        zip(part.strides, part.sizes, vs, ls, strict=True), key=lambda a: (a[1] > 1, a[0]), reverse=True
+        zip(part.strides, part.sizes, (s // d for s in part.values.stride()[:3]), strict=True),
+        key=lambda a: (a[1] > 1, a[0]),
+        reverse=True,
     )
-    args: list = [part.values, part.lse if part.lse is not None else dummy, part.offset]
-    for stride, size, v, lse in axes:
-        args += [stride if size > 1 else big, size, v, lse]
+    args: list = [lse if lse is not None else dummy, part.offset]
+    for stride, size, r in axes:
+        args += [stride if size > 1 else big, size, r]
     return args
-
-
-def _geometry(parts: list[Part], rows: int, d: int) -> dict:
-    """The kernels' compile-time switches for these parts: 64-bit row arithmetic only for huge
-    destinations (32-bit division is several times cheaper), and vector loads and stores when
-    every row of every part and of the destination starts at a multiple of :data:`_VEC` elements
-    (without that hint Triton loads one element at a time and gives each thread 16 rows to
-    locate instead of 2: 9.4 ms instead of ~0.06 ms for a 32K-token merge on an H100)."""
-    aligned = d % _VEC == 0 and all(s % _VEC == 0 for p in parts for s in p.values.stride()[:3])
-    return {"WIDE": rows >= _WIDE_ROWS, "VEC": _VEC if aligned else 1}
 
 
 if AVAILABLE:
 
     @triton.jit
-    def _locate(rid, ok, off, s1, n1, s2, n2, s3, n3):
+    def _value_row(rid, ok, off, s1, n1, r1, s2, n2, r2, s3, n3, r3):
+        """The part's value row holding destination row ``rid``, or −1."""
         x = rid - off
         ok = ok & (x >= 0)
         x = tl.where(ok, x, 0)
@@ -79,167 +102,154 @@ if AVAILABLE:
         i3 = x // s3
         x = x - i3 * s3
         ok = ok & (i1 < n1) & (i2 < n2) & (i3 < n3) & (x == 0)
-        return ok, tl.where(ok, i1, 0), tl.where(ok, i2, 0), tl.where(ok, i3, 0)
+        return tl.where(ok, i1 * r1 + i2 * r2 + i3 * r3, -1).to(tl.int32)
 
     @triton.jit
-    def _source(i1, i2, i3, vs1, vs2, vs3, VEC: tl.constexpr):
-        """First element of each located row in a part's values (64-bit: values can be large)."""
-        src = i1.to(tl.int64) * vs1 + i2.to(tl.int64) * vs2 + i3.to(tl.int64) * vs3
-        return tl.multiple_of(src, VEC)
-
-    @triton.jit
-    def _load_part(
-        rid,
-        ok_r,
-        cols,
-        ok_d,
-        v,
-        lp,
-        off,
-        s1,
-        n1,
-        vs1,
-        ls1,
-        s2,
-        n2,
-        vs2,
-        ls2,
-        s3,
-        n3,
-        vs3,
-        ls3,
-        VEC: tl.constexpr,
+    def _map_part(
+        rid, ok_r, local, dest, m, lp, off, s1, n1, r1, s2, n2, r2, s3, n3, r3, WITH_LSE: tl.constexpr
     ):
-        ok, i1, i2, i3 = _locate(rid, ok_r, off, s1, n1, s2, n2, s3, n3)
-        src = _source(i1, i2, i3, vs1, vs2, vs3, VEC)
-        vals = tl.load(v + src[:, None] + cols[None, :], mask=ok[:, None] & ok_d[None, :], other=0.0)
-        lse = tl.load(lp + (i1 * ls1 + i2 * ls2 + i3 * ls3), mask=ok, other=float("-inf"))
-        return vals.to(tl.float32), lse.to(tl.float32)
+        """Write one part's map entries; with the LSE, return it (−inf where not covered) and the
+        running maximum."""
+        vr = _value_row(rid, ok_r, off, s1, n1, r1, s2, n2, r2, s3, n3, r3)
+        tl.store(dest + local, vr, mask=ok_r)
+        y = tl.full(rid.shape, float("-inf"), tl.float32)
+        if WITH_LSE:
+            y = tl.load(lp + vr, mask=vr >= 0, other=float("-inf"))
+            m = tl.maximum(m, y)
+        return y, m
 
     @triton.jit
-    def _rows(BLOCK_R: tl.constexpr, WIDE: tl.constexpr):
-        """This program's destination rows: 32-bit unless the problem needs 64."""
-        if WIDE:
-            return tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-        return tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-
-    @triton.jit
-    def _online(m, s, acc, vals, lse):
-        m_new = tl.maximum(m, lse)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m - m_safe)
-        beta = tl.exp(lse - m_safe)
-        return m_new, s * alpha + beta, acc * alpha[:, None] + vals * beta[:, None]
+    def _weight(total, y, m_safe):
+        return total + tl.exp(y - m_safe)
 
     # fmt: off
-    @triton.jit(do_not_specialize=_INT_ARGS)
-    def _merge_kernel(
-        out, lse_out, prior_o, prior_l, rows, D,
-        v0, l0, off0, s10, n10, vs10, ls10, s20, n20, vs20, ls20, s30, n30, vs30, ls30,
-        v1, l1, off1, s11, n11, vs11, ls11, s21, n21, vs21, ls21, s31, n31, vs31, ls31,
-        v2, l2, off2, s12, n12, vs12, ls12, s22, n22, vs22, ls22, s32, n32, vs32, ls32,
-        v3, l3, off3, s13, n13, vs13, ls13, s23, n23, vs23, ls23, s33, n33, vs33, ls33,
-        v4, l4, off4, s14, n14, vs14, ls14, s24, n24, vs24, ls24, s34, n34, vs34, ls34,
-        v5, l5, off5, s15, n15, vs15, ls15, s25, n25, vs25, ls25, s35, n35, vs35, ls35,
-        v6, l6, off6, s16, n16, vs16, ls16, s26, n26, vs26, ls26, s36, n36, vs36, ls36,
-        v7, l7, off7, s17, n17, vs17, ls17, s27, n27, vs27, ls27, s37, n37, vs37, ls37,
-        NUM: tl.constexpr, HAS_PRIOR: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
-        WIDE: tl.constexpr, VEC: tl.constexpr,
+    @triton.jit(do_not_specialize=_LOCATE_INTS)
+    def _locate_kernel(
+        idx, lse_out, prior_l, row0, rows, chunk,
+        l0, off0, s10, n10, r10, s20, n20, r20, s30, n30, r30,
+        l1, off1, s11, n11, r11, s21, n21, r21, s31, n31, r31,
+        l2, off2, s12, n12, r12, s22, n22, r22, s32, n32, r32,
+        l3, off3, s13, n13, r13, s23, n23, r23, s33, n33, r33,
+        l4, off4, s14, n14, r14, s24, n24, r24, s34, n34, r34,
+        l5, off5, s15, n15, r15, s25, n25, r25, s35, n35, r35,
+        l6, off6, s16, n16, r16, s26, n26, r26, s36, n36, r36,
+        l7, off7, s17, n17, r17, s27, n27, r27, s37, n37, r37,
+        NUM: tl.constexpr, HAS_PRIOR: tl.constexpr, WITH_LSE: tl.constexpr, BLOCK: tl.constexpr,
+        WIDE: tl.constexpr,
     ):
-        rid = _rows(BLOCK_R, WIDE)
-        ok_r = rid < rows
-        cols = tl.arange(0, BLOCK_D)
-        ok_d = cols < D
-        m = tl.full([BLOCK_R], float("-inf"), tl.float32)
-        s = tl.zeros([BLOCK_R], tl.float32)
-        acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
-        dst = tl.multiple_of(rid.to(tl.int64) * D, VEC)[:, None] + cols[None, :]
-        ok2 = ok_r[:, None] & ok_d[None, :]
+        if WIDE:
+            local = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        else:
+            local = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        rid = row0 + local
+        ok_r = (local < chunk) & (rid < rows)
+        m = tl.full([BLOCK], float("-inf"), tl.float32)
+        pl = m
         if HAS_PRIOR:
-            pv = tl.load(prior_o + dst, mask=ok2, other=0.0).to(tl.float32)
-            pl = tl.load(prior_l + rid, mask=ok_r, other=float("-inf")).to(tl.float32)
-            m, s, acc = _online(m, s, acc, pv, pl)
+            pl = tl.load(prior_l + rid, mask=ok_r, other=float("-inf"))
+            m = tl.maximum(m, pl)
         if NUM > 0:
-            x, y = _load_part(rid, ok_r, cols, ok_d, v0, l0, off0, s10, n10, vs10, ls10, s20, n20, vs20, ls20, s30, n30, vs30, ls30, VEC)  # noqa: E501
-            m, s, acc = _online(m, s, acc, x, y)
+            y0, m = _map_part(rid, ok_r, local, idx, m, l0, off0, s10, n10, r10, s20, n20, r20, s30, n30, r30, WITH_LSE)  # noqa: E501
         if NUM > 1:
-            x, y = _load_part(rid, ok_r, cols, ok_d, v1, l1, off1, s11, n11, vs11, ls11, s21, n21, vs21, ls21, s31, n31, vs31, ls31, VEC)  # noqa: E501
-            m, s, acc = _online(m, s, acc, x, y)
+            y1, m = _map_part(rid, ok_r, local, idx + chunk, m, l1, off1, s11, n11, r11, s21, n21, r21, s31, n31, r31, WITH_LSE)  # noqa: E501
         if NUM > 2:
-            x, y = _load_part(rid, ok_r, cols, ok_d, v2, l2, off2, s12, n12, vs12, ls12, s22, n22, vs22, ls22, s32, n32, vs32, ls32, VEC)  # noqa: E501
-            m, s, acc = _online(m, s, acc, x, y)
+            y2, m = _map_part(rid, ok_r, local, idx + 2 * chunk, m, l2, off2, s12, n12, r12, s22, n22, r22, s32, n32, r32, WITH_LSE)  # noqa: E501
         if NUM > 3:
-            x, y = _load_part(rid, ok_r, cols, ok_d, v3, l3, off3, s13, n13, vs13, ls13, s23, n23, vs23, ls23, s33, n33, vs33, ls33, VEC)  # noqa: E501
-            m, s, acc = _online(m, s, acc, x, y)
+            y3, m = _map_part(rid, ok_r, local, idx + 3 * chunk, m, l3, off3, s13, n13, r13, s23, n23, r23, s33, n33, r33, WITH_LSE)  # noqa: E501
         if NUM > 4:
-            x, y = _load_part(rid, ok_r, cols, ok_d, v4, l4, off4, s14, n14, vs14, ls14, s24, n24, vs24, ls24, s34, n34, vs34, ls34, VEC)  # noqa: E501
-            m, s, acc = _online(m, s, acc, x, y)
+            y4, m = _map_part(rid, ok_r, local, idx + 4 * chunk, m, l4, off4, s14, n14, r14, s24, n24, r24, s34, n34, r34, WITH_LSE)  # noqa: E501
         if NUM > 5:
-            x, y = _load_part(rid, ok_r, cols, ok_d, v5, l5, off5, s15, n15, vs15, ls15, s25, n25, vs25, ls25, s35, n35, vs35, ls35, VEC)  # noqa: E501
-            m, s, acc = _online(m, s, acc, x, y)
+            y5, m = _map_part(rid, ok_r, local, idx + 5 * chunk, m, l5, off5, s15, n15, r15, s25, n25, r25, s35, n35, r35, WITH_LSE)  # noqa: E501
         if NUM > 6:
-            x, y = _load_part(rid, ok_r, cols, ok_d, v6, l6, off6, s16, n16, vs16, ls16, s26, n26, vs26, ls26, s36, n36, vs36, ls36, VEC)  # noqa: E501
-            m, s, acc = _online(m, s, acc, x, y)
+            y6, m = _map_part(rid, ok_r, local, idx + 6 * chunk, m, l6, off6, s16, n16, r16, s26, n26, r26, s36, n36, r36, WITH_LSE)  # noqa: E501
         if NUM > 7:
-            x, y = _load_part(rid, ok_r, cols, ok_d, v7, l7, off7, s17, n17, vs17, ls17, s27, n27, vs27, ls27, s37, n37, vs37, ls37, VEC)  # noqa: E501
-            m, s, acc = _online(m, s, acc, x, y)
-        has = s > 0
-        res = acc / tl.where(has, s, 1.0)[:, None]
-        m_safe = tl.where(m == float("-inf"), 0.0, m)
-        tl.store(out + dst, res.to(out.dtype.element_ty), mask=ok2)
-        lse = tl.where(has, m_safe + tl.log(tl.where(has, s, 1.0)), float("-inf"))
-        tl.store(lse_out + rid, lse, mask=ok_r)
+            y7, m = _map_part(rid, ok_r, local, idx + 7 * chunk, m, l7, off7, s17, n17, r17, s27, n27, r27, s37, n37, r37, WITH_LSE)  # noqa: E501
+        if WITH_LSE:
+            m_safe = tl.where(m == float("-inf"), 0.0, m)
+            total = tl.zeros([BLOCK], tl.float32)
+            if HAS_PRIOR:
+                total = _weight(total, pl, m_safe)
+            if NUM > 0:
+                total = _weight(total, y0, m_safe)
+            if NUM > 1:
+                total = _weight(total, y1, m_safe)
+            if NUM > 2:
+                total = _weight(total, y2, m_safe)
+            if NUM > 3:
+                total = _weight(total, y3, m_safe)
+            if NUM > 4:
+                total = _weight(total, y4, m_safe)
+            if NUM > 5:
+                total = _weight(total, y5, m_safe)
+            if NUM > 6:
+                total = _weight(total, y6, m_safe)
+            if NUM > 7:
+                total = _weight(total, y7, m_safe)
+            has = total > 0
+            lse = tl.where(has, m_safe + tl.log(tl.where(has, total, 1.0)), float("-inf"))
+            tl.store(lse_out + rid, lse, mask=ok_r)
+    # fmt: on
 
     @triton.jit
-    def _add_part(
-        rid, ok_r, cols, ok_d, acc, v, off, s1, n1, vs1, s2, n2, vs2, s3, n3, vs3, VEC: tl.constexpr
+    def _gather(
+        acc, rid, ok_r, cols, ok_d, entries, v, lp, lse_safe, D, WEIGHTED: tl.constexpr, VEC: tl.constexpr
     ):
-        ok, i1, i2, i3 = _locate(rid, ok_r, off, s1, n1, s2, n2, s3, n3)
-        src = _source(i1, i2, i3, vs1, vs2, vs3, VEC)
+        """Add one part's rows (weighted by ``exp(lse_p − L)`` for the merge) to ``acc``."""
+        vr = tl.load(entries, mask=ok_r, other=-1)
+        ok = vr >= 0
+        src = tl.multiple_of(vr.to(tl.int64) * D, VEC)
         vals = tl.load(v + src[:, None] + cols[None, :], mask=ok[:, None] & ok_d[None, :], other=0.0)
+        if WEIGHTED:
+            w = tl.exp(tl.load(lp + vr, mask=ok, other=float("-inf")) - lse_safe)
+            return acc + vals.to(tl.float32) * w[:, None]
         return acc + vals.to(tl.float32)
 
-    @triton.jit(do_not_specialize=_INT_ARGS)
-    def _sum_kernel(
-        dest, rows, D,
-        v0, l0, off0, s10, n10, vs10, ls10, s20, n20, vs20, ls20, s30, n30, vs30, ls30,
-        v1, l1, off1, s11, n11, vs11, ls11, s21, n21, vs21, ls21, s31, n31, vs31, ls31,
-        v2, l2, off2, s12, n12, vs12, ls12, s22, n22, vs22, ls22, s32, n32, vs32, ls32,
-        v3, l3, off3, s13, n13, vs13, ls13, s23, n23, vs23, ls23, s33, n33, vs33, ls33,
-        v4, l4, off4, s14, n14, vs14, ls14, s24, n24, vs24, ls24, s34, n34, vs34, ls34,
-        v5, l5, off5, s15, n15, vs15, ls15, s25, n25, vs25, ls25, s35, n35, vs35, ls35,
-        v6, l6, off6, s16, n16, vs16, ls16, s26, n26, vs26, ls26, s36, n36, vs36, ls36,
-        v7, l7, off7, s17, n17, vs17, ls17, s27, n27, vs27, ls27, s37, n37, vs37, ls37,
-        NUM: tl.constexpr, ACCUMULATE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
-        WIDE: tl.constexpr, VEC: tl.constexpr,
+    # fmt: off
+    @triton.jit(do_not_specialize=_COMBINE_INTS)
+    def _combine_kernel(
+        out, lse_out, idx, prior_o, prior_l, row0, rows, chunk, D,
+        v0, l0, v1, l1, v2, l2, v3, l3, v4, l4, v5, l5, v6, l6, v7, l7,
+        NUM: tl.constexpr, HAS_PRIOR: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_R: tl.constexpr,
+        BLOCK_D: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
     ):
-        rid = _rows(BLOCK_R, WIDE)
-        ok_r = rid < rows
+        if WIDE:
+            local = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+        else:
+            local = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+        rid = row0 + local
+        ok_r = (local < chunk) & (rid < rows)
         cols = tl.arange(0, BLOCK_D)
         ok_d = cols < D
         dst = tl.multiple_of(rid.to(tl.int64) * D, VEC)[:, None] + cols[None, :]
         ok2 = ok_r[:, None] & ok_d[None, :]
-        if ACCUMULATE:
-            acc = tl.load(dest + dst, mask=ok2, other=0.0).to(tl.float32)
-        else:
-            acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
+        lse_safe = tl.zeros([BLOCK_R], tl.float32)
+        if WEIGHTED:
+            lse = tl.load(lse_out + rid, mask=ok_r, other=float("-inf"))
+            lse_safe = tl.where(lse == float("-inf"), 0.0, lse)
+        acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
+        if HAS_PRIOR:  # merge: an earlier launch group's result; sum: the destination's content
+            prior = tl.load(prior_o + dst, mask=ok2, other=0.0).to(tl.float32)
+            if WEIGHTED:
+                prior_lse = tl.load(prior_l + rid, mask=ok_r, other=float("-inf"))
+                prior = prior * tl.exp(prior_lse - lse_safe)[:, None]
+            acc = acc + prior
         if NUM > 0:
-            acc = _add_part(rid, ok_r, cols, ok_d, acc, v0, off0, s10, n10, vs10, s20, n20, vs20, s30, n30, vs30, VEC)  # noqa: E501
+            acc = _gather(acc, rid, ok_r, cols, ok_d, idx + local, v0, l0, lse_safe, D, WEIGHTED, VEC)
         if NUM > 1:
-            acc = _add_part(rid, ok_r, cols, ok_d, acc, v1, off1, s11, n11, vs11, s21, n21, vs21, s31, n31, vs31, VEC)  # noqa: E501
+            acc = _gather(acc, rid, ok_r, cols, ok_d, idx + chunk + local, v1, l1, lse_safe, D, WEIGHTED, VEC)
         if NUM > 2:
-            acc = _add_part(rid, ok_r, cols, ok_d, acc, v2, off2, s12, n12, vs12, s22, n22, vs22, s32, n32, vs32, VEC)  # noqa: E501
+            acc = _gather(acc, rid, ok_r, cols, ok_d, idx + 2 * chunk + local, v2, l2, lse_safe, D, WEIGHTED, VEC)  # noqa: E501
         if NUM > 3:
-            acc = _add_part(rid, ok_r, cols, ok_d, acc, v3, off3, s13, n13, vs13, s23, n23, vs23, s33, n33, vs33, VEC)  # noqa: E501
+            acc = _gather(acc, rid, ok_r, cols, ok_d, idx + 3 * chunk + local, v3, l3, lse_safe, D, WEIGHTED, VEC)  # noqa: E501
         if NUM > 4:
-            acc = _add_part(rid, ok_r, cols, ok_d, acc, v4, off4, s14, n14, vs14, s24, n24, vs24, s34, n34, vs34, VEC)  # noqa: E501
+            acc = _gather(acc, rid, ok_r, cols, ok_d, idx + 4 * chunk + local, v4, l4, lse_safe, D, WEIGHTED, VEC)  # noqa: E501
         if NUM > 5:
-            acc = _add_part(rid, ok_r, cols, ok_d, acc, v5, off5, s15, n15, vs15, s25, n25, vs25, s35, n35, vs35, VEC)  # noqa: E501
+            acc = _gather(acc, rid, ok_r, cols, ok_d, idx + 5 * chunk + local, v5, l5, lse_safe, D, WEIGHTED, VEC)  # noqa: E501
         if NUM > 6:
-            acc = _add_part(rid, ok_r, cols, ok_d, acc, v6, off6, s16, n16, vs16, s26, n26, vs26, s36, n36, vs36, VEC)  # noqa: E501
+            acc = _gather(acc, rid, ok_r, cols, ok_d, idx + 6 * chunk + local, v6, l6, lse_safe, D, WEIGHTED, VEC)  # noqa: E501
         if NUM > 7:
-            acc = _add_part(rid, ok_r, cols, ok_d, acc, v7, off7, s17, n17, vs17, s27, n27, vs27, s37, n37, vs37, VEC)  # noqa: E501
-        tl.store(dest + dst, acc.to(dest.dtype.element_ty), mask=ok2)
+            acc = _gather(acc, rid, ok_r, cols, ok_d, idx + 7 * chunk + local, v7, l7, lse_safe, D, WEIGHTED, VEC)  # noqa: E501
+        tl.store(out + dst, acc.to(out.dtype.element_ty), mask=ok2)
     # fmt: on
 
 
@@ -248,79 +258,95 @@ def _block_d(d: int) -> int:
 
 
 def _block_r(block_d: int) -> int:
-    """Rows per program: 2K values (32 rows at head_dim 64).  The kernel's code grows with the
-    values a thread holds times the parts it inverts (integer divisions, unrolled); with 8K values a
-    program ptxas took 16 s for 4 parts and 54 s for 8 (sm_90, busy 2-core VM), with 2K 2.2 s and
-    10.5 s (docs/perf/attention.md, "The Triton merge's compile time")."""
+    """Rows per program of the combine kernel: 2K values (32 rows at head_dim 64)."""
     return max(16, 2048 // block_d)
 
 
-def _launch_args(parts: list[Part | None], dummy: torch.Tensor, wide: bool) -> list:
+def _run(
+    parts: list[Part],
+    lses: list[torch.Tensor | None],
+    out: torch.Tensor,
+    lse_out: torch.Tensor | None,
+    prior_o: torch.Tensor | None,
+    prior_l: torch.Tensor | None,
+) -> None:
+    """One launch group (<= SLOTS parts): locate, then combine, over row chunks of the map."""
+    d = out.shape[-1]
+    rows = out.numel() // d
+    weighted = lse_out is not None
+    wide = rows >= _WIDE_ROWS
     big = (1 << 62) if wide else (1 << 31) - 1
-    args: list = []
-    for p in (*parts, *([None] * (SLOTS - len(parts)))):
-        args += _slot(p, dummy, big)
-    return args
+    num = len(parts)
+    chunk = min(rows, max(_LOCATE_ROWS, (_MAP_ENTRIES // max(num, 1)) // _LOCATE_ROWS * _LOCATE_ROWS))
+    idx = torch.empty(max(num, 1) * chunk, dtype=torch.int32, device=out.device)
+    # the LSE pointer the kernels get: the merged LSE (merge), else any float32 buffer (never read)
+    lse_arg = lse_out if weighted else torch.empty(1, dtype=torch.float32, device=out.device)
+    slots: list = []
+    values: list = []
+    for i in range(SLOTS):
+        part, lse = (parts[i], lses[i]) if i < num else (None, None)
+        slots += _slot(part, lse, lse_arg, big, d)
+        values += [part.values if part is not None else out, lse if lse is not None else lse_arg]
+    bd = _block_d(d)
+    br = _block_r(bd)
+    for row0 in range(0, rows, chunk):
+        _locate_kernel[(triton.cdiv(chunk, _LOCATE_ROWS),)](
+            idx,
+            lse_arg,
+            prior_l if prior_l is not None else lse_arg,
+            row0,
+            rows,
+            chunk,
+            *slots,
+            NUM=num,
+            HAS_PRIOR=prior_l is not None,
+            WITH_LSE=weighted,
+            BLOCK=_LOCATE_ROWS,
+            WIDE=wide,
+        )
+        _combine_kernel[(triton.cdiv(chunk, br),)](
+            out,
+            lse_arg,
+            idx,
+            prior_o if prior_o is not None else out,
+            prior_l if prior_l is not None else lse_arg,
+            row0,
+            rows,
+            chunk,
+            d,
+            *values,
+            NUM=num,
+            HAS_PRIOR=prior_o is not None,
+            WEIGHTED=weighted,
+            BLOCK_R=br,
+            BLOCK_D=bd,
+            WIDE=wide,
+            VEC=_VEC if d % _VEC == 0 else 1,
+        )
 
 
 def merge(parts: list[Part], out: torch.Tensor, lse: torch.Tensor) -> None:
     """Triton merge of ``parts`` into contiguous ``out (b, L, H, d)`` and float32 ``lse (b, L, H)``."""
     d = out.shape[-1]
-    rows = lse.numel()
-    bd = _block_d(d)
-    br = _block_r(bd)
-    grid = (triton.cdiv(rows, br),)
-    batches = [parts[i : i + SLOTS] for i in range(0, len(parts), SLOTS)] or [[]]
-    switches = _geometry(parts, rows, d)
+    lses = [_row_lse(p, d) for p in parts]
+    groups = [range(i, min(i + SLOTS, len(parts))) for i in range(0, len(parts), SLOTS)] or [range(0)]
     prior_o = prior_l = None
-    for i, batch in enumerate(batches):
-        last = i == len(batches) - 1
-        dest_o = (
-            out if last else (prior_o if prior_o is not None else torch.empty_like(out, dtype=torch.float32))
-        )
-        dest_l = (
-            lse if last else (prior_l if prior_l is not None else torch.empty_like(lse, dtype=torch.float32))
-        )
-        _merge_kernel[grid](
-            dest_o,
-            dest_l,
-            prior_o if prior_o is not None else dest_o,
-            prior_l if prior_l is not None else dest_l,
-            rows,
-            d,
-            *_launch_args(batch, dest_o, switches["WIDE"]),
-            NUM=len(batch),
-            HAS_PRIOR=prior_o is not None,
-            BLOCK_R=br,
-            BLOCK_D=bd,
-            **switches,
-        )
+    for i, group in enumerate(groups):
+        last = i == len(groups) - 1
+        dest_o = out if last else torch.empty_like(out, dtype=torch.float32)
+        dest_l = lse if last else torch.empty_like(lse, dtype=torch.float32)
+        _run([parts[j] for j in group], [lses[j] for j in group], dest_o, dest_l, prior_o, prior_l)
         prior_o, prior_l = dest_o, dest_l
 
 
 def sum_rows(parts: list[Part], dest: torch.Tensor, *, accumulate: bool) -> None:
     """Triton ``dest = (dest if accumulate else 0) + Σ parts`` (float32 sums, one write per row)."""
-    d = dest.shape[-1]
-    rows = dest.numel() // d
-    bd = _block_d(d)
-    br = _block_r(bd)
-    grid = (triton.cdiv(rows, br),)
-    batches = [parts[i : i + SLOTS] for i in range(0, len(parts), SLOTS)] or [[]]
-    switches = _geometry(parts, rows, d)
+    groups = [parts[i : i + SLOTS] for i in range(0, len(parts), SLOTS)] or [[]]
     target = dest
-    if len(batches) > 1 and dest.dtype != torch.float32:
+    if len(groups) > 1 and dest.dtype != torch.float32:
         target = dest.float() if accumulate else torch.empty_like(dest, dtype=torch.float32)
-    for i, batch in enumerate(batches):
-        _sum_kernel[grid](
-            target,
-            rows,
-            d,
-            *_launch_args(batch, target, switches["WIDE"]),
-            NUM=len(batch),
-            ACCUMULATE=accumulate or i > 0,
-            BLOCK_R=br,
-            BLOCK_D=bd,
-            **switches,
-        )
+    for i, group in enumerate(groups):
+        has_prior = accumulate or i > 0
+        _run(group, [None] * len(group), target, None, target if has_prior else None, None)
     if target is not dest:
         dest.copy_(target)

@@ -256,6 +256,23 @@ grad_parts = [merge_mod.Part(p.values, None, p.offset, p.sizes, p.strides) for p
 mt.sum_rows(grad_parts, g_t, accumulate=False)
 sum_torch(grad_parts, g_p)
 torch.testing.assert_close(g_t, g_p)
+# an LSE laid out unlike its values' rows (FlashAttention-2 returns (B, H, L) under (B, L, H, d)
+# values) and values with gaps between their rows: the kernels relay the LSE, read the gaps right
+gen = torch.Generator().manual_seed(3)
+store = torch.randn(2, 7, 3, 16, generator=gen)  # (B, L, H+1, d): one head of every row unused
+vals = store[:, :, :2].transpose(1, 2)  # (B=2, H'=2, L=7, d=16), rows 1 and 4 apart, gaps between
+lse = 3 * torch.randn(2, 2, 7, generator=gen)  # contiguous (B, H', L)
+part = merge_mod.Part(vals, lse, 1, (2, 2, 7), (30, 1, 4))
+other_vals, other_lse = torch.randn(1, 1, 15, 16, generator=gen), torch.randn(1, 1, 15, generator=gen)
+other = merge_mod.Part(other_vals, other_lse, 0, (1, 1, 15), (0, 0, 4))
+assert mt.supported([part, other], 16) and merge_mod.nested(part)
+out_t, lse_t = torch.empty(1, 60, 1, 16), torch.empty(1, 60, 1)
+out_p, lse_p = torch.empty(1, 60, 1, 16), torch.empty(1, 60, 1)
+mt.merge([part, other], out_t, lse_t)
+merge_torch([part, other], out_p, lse_p)
+torch.testing.assert_close(out_t, out_p, rtol=1e-5, atol=1e-6)
+torch.testing.assert_close(lse_t, lse_p, rtol=1e-5, atol=1e-6)
+assert not mt.supported([merge_mod.Part(store[..., :12], None, 0, (1, 1, 1), (0, 0, 1))], 12)
 print("triton merge ok")
 """
 
