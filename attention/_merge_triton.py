@@ -7,20 +7,18 @@ Two kernels per launch group of at most :data:`attention._merge.SLOTS` parts:
    a piece's three axes are nested (each larger than the span of the smaller ones, checked on the
    host by :func:`attention._merge.nested`), so ``row − offset`` decomposes by successive
    division — and writes the part's *value row* covering it (−1 where none) into an int32 map.
-   For the merge it also reads each covering part's LSE and writes the merged LSE
-   ``L = log Σ_p exp(lse_p)``.
-2. ``_combine_kernel`` (a block of rows × head_dim): for each part, reads the map, the part's row
-   and (merge) its weight ``exp(lse_p − L)``, accumulates in float32 registers and writes every
-   destination row once.  Rows no part covers get 0 (and −inf as LSE).
+   For the merge it also reads each covering part's LSE (with the LSE's own strides), writes the
+   merged LSE ``L = log Σ_p exp(lse_p)`` and each part's weight ``exp(lse_p − L)`` (float32 map).
+2. ``_combine_kernel`` (a block of rows × head_dim): for each part, reads the maps and the part's
+   row, accumulates in float32 registers and writes every destination row once.  Rows no part
+   covers get 0 (and −inf as LSE).
 
 Why two: the division chain is ~60 instructions per row and part.  Done inside the 2-D kernel,
 every one of the 8 threads that share a row (16-byte vectors of a 64-value row) repeated it, and
 the kernel was instruction-bound at ~0.9 TB/s (H100, 2026-11-27, 156 µs for a 32K-token merge
-of 7 parts: docs/perf/attention.md); here it is done once per row, and the map costs 4 bytes per
+of 7 parts: docs/perf/attention.md); here it is done once per row, and the maps cost 8 bytes per
 row and part against 128 bytes of values.
 
-A part's LSE is read at its value row, so it must have the layout of the values' rows (what cuDNN
-returns); :func:`merge` copies an LSE of another layout (FlashAttention-2's) into that layout first.
 Longer part lists are chained through a float32 accumulator; maps are built for at most
 :data:`_MAP_ENTRIES` (row, part) pairs at a time.  Integer arguments other than ``head_dim`` are not
 specialised on their values, so one compiled kernel serves every shape of a dtype and head_dim.
@@ -44,9 +42,9 @@ except ImportError:  # no Triton (CPU-only installs): attention._merge uses the 
 
 _WIDE_ROWS = 1 << 30  # from this many destination rows on, the row arithmetic is 64-bit
 _VEC = 8  # elements a thread may load as one vector when every row starts at a multiple of it
-_MAP_ENTRIES = 1 << 24  # (row, part) entries of one map: 64 MiB of int32 at most
+_MAP_ENTRIES = 1 << 23  # (row, part) entries of the maps: 2 x 32 MiB at most
 _LOCATE_ROWS = 128  # rows per program of the locate kernel (one per thread at 4 warps)
-_SLOT_ARGS = ("l", "off", "s1", "n1", "r1", "s2", "n2", "r2", "s3", "n3", "r3")
+_SLOT_ARGS = ("l", "off", "s1", "n1", "r1", "q1", "s2", "n2", "r2", "q2", "s3", "n3", "r3", "q3")
 # not specialised on their values: one compiled kernel serves every shape.  ``D`` (head_dim) is:
 # knowing it is a multiple of 16 lets the column mask hold per vector, so rows load as 16-byte
 # vectors (docs/perf/merge_compile_time.py shows the loads each variant compiles to).
@@ -60,38 +58,30 @@ def supported(parts: list[Part], d: int) -> bool:
     return all(p.values.stride(-1) == 1 and all(s % d == 0 for s in p.values.stride()[:3]) for p in parts)
 
 
-def _row_lse(part: Part, d: int) -> torch.Tensor:
-    """The part's LSE laid out like its values' rows (a copy only when it is not already)."""
-    want = tuple(s // d for s in part.values.stride()[:3])
-    lse = part.lse
-    same = all(st == w for st, w, n in zip(lse.stride(), want, lse.shape, strict=True) if n > 1)
-    if lse.dtype == torch.float32 and same:
-        return lse
-    return torch.empty_strided(lse.shape, want, dtype=torch.float32, device=lse.device).copy_(lse)
-
-
-def _slot(part: Part | None, lse: torch.Tensor | None, dummy: torch.Tensor, big: int, d: int) -> list:
-    """The 11 locate arguments of one part: its LSE (merge) and, per axis sorted by row stride
-    (size-1 axes last, with stride ``big``: every row divides to index 0 there), the row stride,
-    the size and the stride in value rows."""
+def _slot(part: Part | None, dummy: torch.Tensor, big: int, d: int) -> list:
+    """The 14 locate arguments of one part: its LSE (merge) and offset and, per axis sorted by row
+    stride (size-1 axes last, with stride ``big``: every row divides to index 0 there), the row
+    stride, the size, the stride in value rows and the LSE's stride."""
     if part is None:
-        return [dummy, 0] + [big, 1, 0] * 3
+        return [dummy, 0] + [big, 1, 0, 0] * 3
+    lse_strides = part.lse.stride()[:3] if part.lse is not None else (0, 0, 0)
+    value_rows = (s // d for s in part.values.stride()[:3])
     axes = sorted(
-        zip(part.strides, part.sizes, (s // d for s in part.values.stride()[:3]), strict=True),
+        zip(part.strides, part.sizes, value_rows, lse_strides, strict=True),
         key=lambda a: (a[1] > 1, a[0]),
         reverse=True,
     )
-    args: list = [lse if lse is not None else dummy, part.offset]
-    for stride, size, r in axes:
-        args += [stride if size > 1 else big, size, r]
+    args: list = [part.lse if part.lse is not None else dummy, part.offset]
+    for stride, size, r, q in axes:
+        args += [stride if size > 1 else big, size, r, q]
     return args
 
 
 if AVAILABLE:
 
     @triton.jit
-    def _value_row(rid, ok, off, s1, n1, r1, s2, n2, r2, s3, n3, r3):
-        """The part's value row holding destination row ``rid``, or −1."""
+    def _locate_row(rid, ok, off, s1, n1, r1, q1, s2, n2, r2, q2, s3, n3, r3, q3):
+        """The part's value row holding destination row ``rid`` (−1 where none) and its LSE offset."""
         x = rid - off
         ok = ok & (x >= 0)
         x = tl.where(ok, x, 0)
@@ -102,19 +92,38 @@ if AVAILABLE:
         i3 = x // s3
         x = x - i3 * s3
         ok = ok & (i1 < n1) & (i2 < n2) & (i3 < n3) & (x == 0)
-        return tl.where(ok, i1 * r1 + i2 * r2 + i3 * r3, -1).to(tl.int32)
+        return tl.where(ok, i1 * r1 + i2 * r2 + i3 * r3, -1).to(tl.int32), i1 * q1 + i2 * q2 + i3 * q3
 
     @triton.jit
     def _map_part(
-        rid, ok_r, local, dest, m, lp, off, s1, n1, r1, s2, n2, r2, s3, n3, r3, WITH_LSE: tl.constexpr
+        rid,
+        ok_r,
+        local,
+        dest,
+        m,
+        lp,
+        off,
+        s1,
+        n1,
+        r1,
+        q1,
+        s2,
+        n2,
+        r2,
+        q2,
+        s3,
+        n3,
+        r3,
+        q3,
+        WITH_LSE: tl.constexpr,
     ):
         """Write one part's map entries; with the LSE, return it (−inf where not covered) and the
         running maximum."""
-        vr = _value_row(rid, ok_r, off, s1, n1, r1, s2, n2, r2, s3, n3, r3)
+        vr, lo = _locate_row(rid, ok_r, off, s1, n1, r1, q1, s2, n2, r2, q2, s3, n3, r3, q3)
         tl.store(dest + local, vr, mask=ok_r)
         y = tl.full(rid.shape, float("-inf"), tl.float32)
         if WITH_LSE:
-            y = tl.load(lp + vr, mask=vr >= 0, other=float("-inf"))
+            y = tl.load(lp + lo, mask=vr >= 0, other=float("-inf"))
             m = tl.maximum(m, y)
         return y, m
 
@@ -122,18 +131,23 @@ if AVAILABLE:
     def _weight(total, y, m_safe):
         return total + tl.exp(y - m_safe)
 
+    @triton.jit
+    def _store_weight(dest, local, ok_r, y, m_safe, total):
+        """The part's mixture weight ``exp(lse_p − L)`` (0 where it covers nothing)."""
+        tl.store(dest + local, tl.exp(y - m_safe) / total, mask=ok_r)
+
     # fmt: off
     @triton.jit(do_not_specialize=_LOCATE_INTS)
     def _locate_kernel(
-        idx, lse_out, prior_l, row0, rows, chunk,
-        l0, off0, s10, n10, r10, s20, n20, r20, s30, n30, r30,
-        l1, off1, s11, n11, r11, s21, n21, r21, s31, n31, r31,
-        l2, off2, s12, n12, r12, s22, n22, r22, s32, n32, r32,
-        l3, off3, s13, n13, r13, s23, n23, r23, s33, n33, r33,
-        l4, off4, s14, n14, r14, s24, n24, r24, s34, n34, r34,
-        l5, off5, s15, n15, r15, s25, n25, r25, s35, n35, r35,
-        l6, off6, s16, n16, r16, s26, n26, r26, s36, n36, r36,
-        l7, off7, s17, n17, r17, s27, n27, r27, s37, n37, r37,
+        idx, wmap, lse_out, prior_l, row0, rows, chunk,
+        l0, off0, s10, n10, r10, q10, s20, n20, r20, q20, s30, n30, r30, q30,
+        l1, off1, s11, n11, r11, q11, s21, n21, r21, q21, s31, n31, r31, q31,
+        l2, off2, s12, n12, r12, q12, s22, n22, r22, q22, s32, n32, r32, q32,
+        l3, off3, s13, n13, r13, q13, s23, n23, r23, q23, s33, n33, r33, q33,
+        l4, off4, s14, n14, r14, q14, s24, n24, r24, q24, s34, n34, r34, q34,
+        l5, off5, s15, n15, r15, q15, s25, n25, r25, q25, s35, n35, r35, q35,
+        l6, off6, s16, n16, r16, q16, s26, n26, r26, q26, s36, n36, r36, q36,
+        l7, off7, s17, n17, r17, q17, s27, n27, r27, q27, s37, n37, r37, q37,
         NUM: tl.constexpr, HAS_PRIOR: tl.constexpr, WITH_LSE: tl.constexpr, BLOCK: tl.constexpr,
         WIDE: tl.constexpr,
     ):
@@ -149,21 +163,21 @@ if AVAILABLE:
             pl = tl.load(prior_l + rid, mask=ok_r, other=float("-inf"))
             m = tl.maximum(m, pl)
         if NUM > 0:
-            y0, m = _map_part(rid, ok_r, local, idx, m, l0, off0, s10, n10, r10, s20, n20, r20, s30, n30, r30, WITH_LSE)  # noqa: E501
+            y0, m = _map_part(rid, ok_r, local, idx, m, l0, off0, s10, n10, r10, q10, s20, n20, r20, q20, s30, n30, r30, q30, WITH_LSE)  # noqa: E501
         if NUM > 1:
-            y1, m = _map_part(rid, ok_r, local, idx + chunk, m, l1, off1, s11, n11, r11, s21, n21, r21, s31, n31, r31, WITH_LSE)  # noqa: E501
+            y1, m = _map_part(rid, ok_r, local, idx + chunk, m, l1, off1, s11, n11, r11, q11, s21, n21, r21, q21, s31, n31, r31, q31, WITH_LSE)  # noqa: E501
         if NUM > 2:
-            y2, m = _map_part(rid, ok_r, local, idx + 2 * chunk, m, l2, off2, s12, n12, r12, s22, n22, r22, s32, n32, r32, WITH_LSE)  # noqa: E501
+            y2, m = _map_part(rid, ok_r, local, idx + 2 * chunk, m, l2, off2, s12, n12, r12, q12, s22, n22, r22, q22, s32, n32, r32, q32, WITH_LSE)  # noqa: E501
         if NUM > 3:
-            y3, m = _map_part(rid, ok_r, local, idx + 3 * chunk, m, l3, off3, s13, n13, r13, s23, n23, r23, s33, n33, r33, WITH_LSE)  # noqa: E501
+            y3, m = _map_part(rid, ok_r, local, idx + 3 * chunk, m, l3, off3, s13, n13, r13, q13, s23, n23, r23, q23, s33, n33, r33, q33, WITH_LSE)  # noqa: E501
         if NUM > 4:
-            y4, m = _map_part(rid, ok_r, local, idx + 4 * chunk, m, l4, off4, s14, n14, r14, s24, n24, r24, s34, n34, r34, WITH_LSE)  # noqa: E501
+            y4, m = _map_part(rid, ok_r, local, idx + 4 * chunk, m, l4, off4, s14, n14, r14, q14, s24, n24, r24, q24, s34, n34, r34, q34, WITH_LSE)  # noqa: E501
         if NUM > 5:
-            y5, m = _map_part(rid, ok_r, local, idx + 5 * chunk, m, l5, off5, s15, n15, r15, s25, n25, r25, s35, n35, r35, WITH_LSE)  # noqa: E501
+            y5, m = _map_part(rid, ok_r, local, idx + 5 * chunk, m, l5, off5, s15, n15, r15, q15, s25, n25, r25, q25, s35, n35, r35, q35, WITH_LSE)  # noqa: E501
         if NUM > 6:
-            y6, m = _map_part(rid, ok_r, local, idx + 6 * chunk, m, l6, off6, s16, n16, r16, s26, n26, r26, s36, n36, r36, WITH_LSE)  # noqa: E501
+            y6, m = _map_part(rid, ok_r, local, idx + 6 * chunk, m, l6, off6, s16, n16, r16, q16, s26, n26, r26, q26, s36, n36, r36, q36, WITH_LSE)  # noqa: E501
         if NUM > 7:
-            y7, m = _map_part(rid, ok_r, local, idx + 7 * chunk, m, l7, off7, s17, n17, r17, s27, n27, r27, s37, n37, r37, WITH_LSE)  # noqa: E501
+            y7, m = _map_part(rid, ok_r, local, idx + 7 * chunk, m, l7, off7, s17, n17, r17, q17, s27, n27, r27, q27, s37, n37, r37, q37, WITH_LSE)  # noqa: E501
         if WITH_LSE:
             m_safe = tl.where(m == float("-inf"), 0.0, m)
             total = tl.zeros([BLOCK], tl.float32)
@@ -188,27 +202,41 @@ if AVAILABLE:
             has = total > 0
             lse = tl.where(has, m_safe + tl.log(tl.where(has, total, 1.0)), float("-inf"))
             tl.store(lse_out + rid, lse, mask=ok_r)
+            total = tl.where(has, total, 1.0)
+            if NUM > 0:
+                _store_weight(wmap, local, ok_r, y0, m_safe, total)
+            if NUM > 1:
+                _store_weight(wmap + chunk, local, ok_r, y1, m_safe, total)
+            if NUM > 2:
+                _store_weight(wmap + 2 * chunk, local, ok_r, y2, m_safe, total)
+            if NUM > 3:
+                _store_weight(wmap + 3 * chunk, local, ok_r, y3, m_safe, total)
+            if NUM > 4:
+                _store_weight(wmap + 4 * chunk, local, ok_r, y4, m_safe, total)
+            if NUM > 5:
+                _store_weight(wmap + 5 * chunk, local, ok_r, y5, m_safe, total)
+            if NUM > 6:
+                _store_weight(wmap + 6 * chunk, local, ok_r, y6, m_safe, total)
+            if NUM > 7:
+                _store_weight(wmap + 7 * chunk, local, ok_r, y7, m_safe, total)
     # fmt: on
 
     @triton.jit
-    def _gather(
-        acc, rid, ok_r, cols, ok_d, entries, v, lp, lse_safe, D, WEIGHTED: tl.constexpr, VEC: tl.constexpr
-    ):
-        """Add one part's rows (weighted by ``exp(lse_p − L)`` for the merge) to ``acc``."""
-        vr = tl.load(entries, mask=ok_r, other=-1)
+    def _gather(acc, ok_r, cols, ok_d, at, idx, wmap, v, D, WEIGHTED: tl.constexpr, VEC: tl.constexpr):
+        """Add one part's rows (its map entries at ``at``), weighted for the merge, to ``acc``."""
+        vr = tl.load(idx + at, mask=ok_r, other=-1)
         ok = vr >= 0
         src = tl.multiple_of(vr.to(tl.int64) * D, VEC)
         vals = tl.load(v + src[:, None] + cols[None, :], mask=ok[:, None] & ok_d[None, :], other=0.0)
         if WEIGHTED:
-            w = tl.exp(tl.load(lp + vr, mask=ok, other=float("-inf")) - lse_safe)
+            w = tl.load(wmap + at, mask=ok, other=0.0)
             return acc + vals.to(tl.float32) * w[:, None]
         return acc + vals.to(tl.float32)
 
     # fmt: off
     @triton.jit(do_not_specialize=_COMBINE_INTS)
     def _combine_kernel(
-        out, lse_out, idx, prior_o, prior_l, row0, rows, chunk, D,
-        v0, l0, v1, l1, v2, l2, v3, l3, v4, l4, v5, l5, v6, l6, v7, l7,
+        out, lse_out, idx, wmap, prior_o, prior_l, row0, rows, chunk, D, v0, v1, v2, v3, v4, v5, v6, v7,
         NUM: tl.constexpr, HAS_PRIOR: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_R: tl.constexpr,
         BLOCK_D: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
     ):
@@ -222,33 +250,31 @@ if AVAILABLE:
         ok_d = cols < D
         dst = tl.multiple_of(rid.to(tl.int64) * D, VEC)[:, None] + cols[None, :]
         ok2 = ok_r[:, None] & ok_d[None, :]
-        lse_safe = tl.zeros([BLOCK_R], tl.float32)
-        if WEIGHTED:
-            lse = tl.load(lse_out + rid, mask=ok_r, other=float("-inf"))
-            lse_safe = tl.where(lse == float("-inf"), 0.0, lse)
         acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
         if HAS_PRIOR:  # merge: an earlier launch group's result; sum: the destination's content
             prior = tl.load(prior_o + dst, mask=ok2, other=0.0).to(tl.float32)
             if WEIGHTED:
+                lse = tl.load(lse_out + rid, mask=ok_r, other=float("-inf"))
+                lse_safe = tl.where(lse == float("-inf"), 0.0, lse)
                 prior_lse = tl.load(prior_l + rid, mask=ok_r, other=float("-inf"))
                 prior = prior * tl.exp(prior_lse - lse_safe)[:, None]
             acc = acc + prior
         if NUM > 0:
-            acc = _gather(acc, rid, ok_r, cols, ok_d, idx + local, v0, l0, lse_safe, D, WEIGHTED, VEC)
+            acc = _gather(acc, ok_r, cols, ok_d, local, idx, wmap, v0, D, WEIGHTED, VEC)
         if NUM > 1:
-            acc = _gather(acc, rid, ok_r, cols, ok_d, idx + chunk + local, v1, l1, lse_safe, D, WEIGHTED, VEC)
+            acc = _gather(acc, ok_r, cols, ok_d, chunk + local, idx, wmap, v1, D, WEIGHTED, VEC)
         if NUM > 2:
-            acc = _gather(acc, rid, ok_r, cols, ok_d, idx + 2 * chunk + local, v2, l2, lse_safe, D, WEIGHTED, VEC)  # noqa: E501
+            acc = _gather(acc, ok_r, cols, ok_d, 2 * chunk + local, idx, wmap, v2, D, WEIGHTED, VEC)
         if NUM > 3:
-            acc = _gather(acc, rid, ok_r, cols, ok_d, idx + 3 * chunk + local, v3, l3, lse_safe, D, WEIGHTED, VEC)  # noqa: E501
+            acc = _gather(acc, ok_r, cols, ok_d, 3 * chunk + local, idx, wmap, v3, D, WEIGHTED, VEC)
         if NUM > 4:
-            acc = _gather(acc, rid, ok_r, cols, ok_d, idx + 4 * chunk + local, v4, l4, lse_safe, D, WEIGHTED, VEC)  # noqa: E501
+            acc = _gather(acc, ok_r, cols, ok_d, 4 * chunk + local, idx, wmap, v4, D, WEIGHTED, VEC)
         if NUM > 5:
-            acc = _gather(acc, rid, ok_r, cols, ok_d, idx + 5 * chunk + local, v5, l5, lse_safe, D, WEIGHTED, VEC)  # noqa: E501
+            acc = _gather(acc, ok_r, cols, ok_d, 5 * chunk + local, idx, wmap, v5, D, WEIGHTED, VEC)
         if NUM > 6:
-            acc = _gather(acc, rid, ok_r, cols, ok_d, idx + 6 * chunk + local, v6, l6, lse_safe, D, WEIGHTED, VEC)  # noqa: E501
+            acc = _gather(acc, ok_r, cols, ok_d, 6 * chunk + local, idx, wmap, v6, D, WEIGHTED, VEC)
         if NUM > 7:
-            acc = _gather(acc, rid, ok_r, cols, ok_d, idx + 7 * chunk + local, v7, l7, lse_safe, D, WEIGHTED, VEC)  # noqa: E501
+            acc = _gather(acc, ok_r, cols, ok_d, 7 * chunk + local, idx, wmap, v7, D, WEIGHTED, VEC)
         tl.store(out + dst, acc.to(out.dtype.element_ty), mask=ok2)
     # fmt: on
 
@@ -264,13 +290,12 @@ def _block_r(block_d: int) -> int:
 
 def _run(
     parts: list[Part],
-    lses: list[torch.Tensor | None],
     out: torch.Tensor,
     lse_out: torch.Tensor | None,
     prior_o: torch.Tensor | None,
     prior_l: torch.Tensor | None,
 ) -> None:
-    """One launch group (<= SLOTS parts): locate, then combine, over row chunks of the map."""
+    """One launch group (<= SLOTS parts): locate, then combine, over row chunks of the maps."""
     d = out.shape[-1]
     rows = out.numel() // d
     weighted = lse_out is not None
@@ -279,19 +304,20 @@ def _run(
     num = len(parts)
     chunk = min(rows, max(_LOCATE_ROWS, (_MAP_ENTRIES // max(num, 1)) // _LOCATE_ROWS * _LOCATE_ROWS))
     idx = torch.empty(max(num, 1) * chunk, dtype=torch.int32, device=out.device)
-    # the LSE pointer the kernels get: the merged LSE (merge), else any float32 buffer (never read)
+    # float32 pointers the kernels get: the merged LSE and the weights (merge), else any float32
+    # buffer (never read)
     lse_arg = lse_out if weighted else torch.empty(1, dtype=torch.float32, device=out.device)
+    wmap = torch.empty(max(num, 1) * chunk, dtype=torch.float32, device=out.device) if weighted else lse_arg
     slots: list = []
-    values: list = []
     for i in range(SLOTS):
-        part, lse = (parts[i], lses[i]) if i < num else (None, None)
-        slots += _slot(part, lse, lse_arg, big, d)
-        values += [part.values if part is not None else out, lse if lse is not None else lse_arg]
+        slots += _slot(parts[i] if i < num else None, lse_arg, big, d)
+    values = [parts[i].values if i < num else out for i in range(SLOTS)]
     bd = _block_d(d)
     br = _block_r(bd)
     for row0 in range(0, rows, chunk):
         _locate_kernel[(triton.cdiv(chunk, _LOCATE_ROWS),)](
             idx,
+            wmap,
             lse_arg,
             prior_l if prior_l is not None else lse_arg,
             row0,
@@ -308,6 +334,7 @@ def _run(
             out,
             lse_arg,
             idx,
+            wmap,
             prior_o if prior_o is not None else out,
             prior_l if prior_l is not None else lse_arg,
             row0,
@@ -327,15 +354,13 @@ def _run(
 
 def merge(parts: list[Part], out: torch.Tensor, lse: torch.Tensor) -> None:
     """Triton merge of ``parts`` into contiguous ``out (b, L, H, d)`` and float32 ``lse (b, L, H)``."""
-    d = out.shape[-1]
-    lses = [_row_lse(p, d) for p in parts]
-    groups = [range(i, min(i + SLOTS, len(parts))) for i in range(0, len(parts), SLOTS)] or [range(0)]
+    groups = [parts[i : i + SLOTS] for i in range(0, len(parts), SLOTS)] or [[]]
     prior_o = prior_l = None
     for i, group in enumerate(groups):
         last = i == len(groups) - 1
         dest_o = out if last else torch.empty_like(out, dtype=torch.float32)
         dest_l = lse if last else torch.empty_like(lse, dtype=torch.float32)
-        _run([parts[j] for j in group], [lses[j] for j in group], dest_o, dest_l, prior_o, prior_l)
+        _run(group, dest_o, dest_l, prior_o, prior_l)
         prior_o, prior_l = dest_o, dest_l
 
 
@@ -346,7 +371,6 @@ def sum_rows(parts: list[Part], dest: torch.Tensor, *, accumulate: bool) -> None
     if len(groups) > 1 and dest.dtype != torch.float32:
         target = dest.float() if accumulate else torch.empty_like(dest, dtype=torch.float32)
     for i, group in enumerate(groups):
-        has_prior = accumulate or i > 0
-        _run(group, [None] * len(group), target, None, target if has_prior else None, None)
+        _run(group, target, None, target if accumulate or i > 0 else None, None)
     if target is not dest:
         dest.copy_(target)

@@ -257,7 +257,7 @@ mt.sum_rows(grad_parts, g_t, accumulate=False)
 sum_torch(grad_parts, g_p)
 torch.testing.assert_close(g_t, g_p)
 # an LSE laid out unlike its values' rows (FlashAttention-2 returns (B, H, L) under (B, L, H, d)
-# values) and values with gaps between their rows: the kernels relay the LSE, read the gaps right
+# values) and values with gaps between their rows
 gen = torch.Generator().manual_seed(3)
 store = torch.randn(2, 7, 3, 16, generator=gen)  # (B, L, H+1, d): one head of every row unused
 vals = store[:, :, :2].transpose(1, 2)  # (B=2, H'=2, L=7, d=16), rows 1 and 4 apart, gaps between

@@ -37,7 +37,7 @@ def _signature(kernel: triton.JITFunction) -> dict[str, str]:
             out[name] = "*i32"
         elif name in ("out", "prior_o") or (name[0] == "v" and name[1:].isdigit()):
             out[name] = "*bf16"
-        elif name in ("lse_out", "prior_l") or (name[0] == "l" and name[1:].isdigit()):
+        elif name in ("lse_out", "prior_l", "wmap") or (name[0] == "l" and name[1:].isdigit()):
             out[name] = "*fp32"
         else:
             out[name] = "i32"
