@@ -104,13 +104,6 @@ def _cpu_flash_backward(dout, q, k, v, out, lse, aux, causal, scale):
 # --------------------------------------------------------------------------------------------
 # CUDA: cuDNN, FlashAttention-2, memory-efficient (the SDPA backends, called with LSE)
 # --------------------------------------------------------------------------------------------
-#: Give cuDNN's backward dense copies of its five inputs instead of the strided views.  It crashed
-#: the process (SIGSEGV, H100, torch 2.11, 2026-11-25) on the ring's chunk views; the cause was
-#: the few-row calls that :data:`CUDNN_MIN_LEN` now keeps away from cuDNN, and the copies cost
-#: 0.70 of 4.4 ms of ``improved``'s backward at 32K tokens (docs/perf/attention.md).
-CUDNN_BACKWARD_DENSE = False
-
-
 def _cudnn_forward(q, k, v, causal, scale):
     res = _aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False, scale=scale)
     out, lse_raw = res[0], res[1]
@@ -124,8 +117,9 @@ def _cudnn_forward(q, k, v, causal, scale):
 def _cudnn_backward(dout, q, k, v, out, lse, aux, causal, scale):
     lse_shape, cum_q, cum_k, max_q, max_k, seed, offset = aux
     lse_raw = lse.float().reshape(lse_shape).contiguous()
-    if CUDNN_BACKWARD_DENSE:
-        dout, q, k, v, out = (t.contiguous() for t in (dout, q, k, v, out))
+    # strided views, as the forward reads them: the process crash of 2026-11-25 came from the
+    # few-row calls CUDNN_MIN_LEN now keeps away, and dense copies cost 0.70 of 4.4 ms of
+    # improved's backward at 32K tokens (H100, docs/perf/attention.md)
     dq, dk, dv = _aten._scaled_dot_product_cudnn_attention_backward(
         dout, q, k, v, out, lse_raw, seed, offset, None, cum_q, cum_k, max_q, max_k, 0.0, causal, scale=scale
     )[:3]

@@ -20,7 +20,7 @@ import torch
 
 from attention import RingDilatedAttention
 from attention._lse import merge_stacked
-from attention._merge import Part, merge_online, merge_torch, nested, sum_torch
+from attention._merge import Part, merge_online, merge_torch, nested, sum_torch, triton_merge_enabled
 from attention._plan import build_pieces, chunk_bounds, fold, split_lengths
 from attention.pattern import dilated_pattern
 from tests.test_attention_numerics import check_against_reference
@@ -207,6 +207,21 @@ def test_ring_runs_short_problems_in_one_piece() -> None:
     assert len(forced._chunk_lengths(short)) == 8
     with pytest.raises(ValueError, match="single_shot_bytes"):
         RingDilatedAttention(segment_lengths=[4], dilation_rates=[1], single_shot_bytes=-1)
+
+
+def test_the_merge_is_fused_only_on_cuda_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ATTENTION_MERGE``: ``auto`` (unset) fuses on CUDA only, ``torch`` never; a typo is an error
+    that names the choices, not a silent fallback; float64 (exactness runs) is never fused."""
+    cpu = torch.empty(1, 4, 2, 8)
+    monkeypatch.delenv("ATTENTION_MERGE", raising=False)
+    assert not triton_merge_enabled(cpu)
+    monkeypatch.setenv("ATTENTION_MERGE", "torch")
+    assert not triton_merge_enabled(cpu)
+    monkeypatch.setenv("ATTENTION_MERGE", "triton")
+    assert not triton_merge_enabled(cpu.double())
+    monkeypatch.setenv("ATTENTION_MERGE", "fused")
+    with pytest.raises(ValueError, match="auto, torch or triton"):
+        triton_merge_enabled(cpu)
 
 
 _TRITON_CHECK = r"""

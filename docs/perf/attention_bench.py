@@ -52,7 +52,6 @@ from attention import (
     BlockSparseRingDilatedAttention,
     ImprovedDilatedAttention,
     RingDilatedAttention,
-    _kernels,
     backends,
 )
 from attention.pattern import dilated_attended_pairs
@@ -61,21 +60,14 @@ HEADS, DIM = 12, 64
 ISSUE_SEGS, RATES = [2048, 4096, 8192], [1, 2, 4]
 SECTIONS = ("improved", "ring", "block-sparse", "backends", "kernels")
 #: engine variants the improved and kernels sections compare (``--variants``): the merge
-#: (``ATTENTION_MERGE``) and whether cuDNN's backward gets dense copies of its inputs
-VARIANTS: dict[str, tuple[str, bool]] = {
-    "default": (os.environ.get("ATTENTION_MERGE", "auto"), _kernels.CUDNN_BACKWARD_DENSE),
-    "torch": ("torch", True),  # the engine before issue 18's second part
-    "triton": ("auto", True),
-    "triton-views": ("auto", False),  # the engine now
-}
+#: (``ATTENTION_MERGE``): as configured (the fused Triton merge on CUDA) or plain torch (the
+#: engine before issue 18's second part, apart from cuDNN's backward now reading views)
+VARIANTS: dict[str, str] = {"default": os.environ.get("ATTENTION_MERGE", "auto"), "torch": "torch"}
 
 
 def use_variant(name: str) -> None:
-    """Switch the engine to variant ``name`` for the calls that follow (no reload needed: both
-    switches are read at every call)."""
-    merge, dense = VARIANTS[name]
-    os.environ["ATTENTION_MERGE"] = merge
-    _kernels.CUDNN_BACKWARD_DENSE = dense
+    """Switch the engine to variant ``name`` for the calls that follow (read at every call)."""
+    os.environ["ATTENTION_MERGE"] = VARIANTS[name]
 
 
 class Bench:

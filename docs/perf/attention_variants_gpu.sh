@@ -2,13 +2,12 @@
 # Issue 18 on one GPU, in one device call: the engine variants side by side, then the exactness
 # checks of the new defaults.  Run from the repository root on the lent machine (wheels carried):
 #
-#   bash docs/perf/attention_variants_gpu.sh "$OUT" [VARIANTS]     # default: torch,triton-views
+#   BACKENDS=1 bash docs/perf/attention_variants_gpu.sh "$OUT" [VARIANTS]   # default: torch,default
 #
 # 0. merge_kernel_bench.py: the merge and gradient-sum kernels alone, GB/s against the bytes moved.
-# 1. attention_bench.py, sections improved + ring + kernels, variants torch (the old default),
-#    triton (fused merge) and triton-views (fused merge, cuDNN's backward on strided views):
-#    every ratio of the issue per variant, the first call of each (Triton compiles with an empty
-#    cache: a fresh machine), kernel tables at 32K and 128K.
+# 1. attention_bench.py, sections improved + ring + kernels, variants torch (the plain-torch merge)
+#    and default (the fused Triton merge): every ratio of the issue per variant, the first call of
+#    each (Triton compiles with an empty cache: a fresh machine), kernel tables at 32K and 128K.
 # 2. perfguard verify --device cuda with the defaults (bf16 + fp32, all implementations).
 # 3. The CUDA numerics and sync tests with the defaults (cuDNN's backward on views: the ring's
 #    chunked backward crashed cuDNN before the CUDNN_MIN_LEN rule; a crash here ends that step).
@@ -17,7 +16,7 @@
 # Results into $1 (logs in logs.tgz: 8 files at most come back); a short table last.
 set -u
 out=${1:?usage: attention_variants_gpu.sh OUT_DIR [VARIANTS]}
-variants=${2:-torch,triton-views}
+variants=${2:-torch,default}
 source docs/perf/device_setup.sh
 export TRITON_CACHE_DIR=/tmp/triton-cache-cold
 rm -rf "$TRITON_CACHE_DIR"
