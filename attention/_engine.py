@@ -23,9 +23,11 @@ never waits for the GPU; tests/test_attention_sync.py checks it op by op).
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -144,6 +146,60 @@ def sum_into_rows(parts: list[Part], dest: torch.Tensor, lo: int, hi: int) -> No
 
 
 # --------------------------------------------------------------------------------------------
+# concurrent kernel calls
+# --------------------------------------------------------------------------------------------
+_SIDE_STREAMS: dict[int, list] = {}  # per CUDA device index, created on first use, then reused
+
+
+def concurrent_streams(device: torch.device) -> int:
+    """How many CUDA streams a chunk pair's kernel calls are spread over (``ATTENTION_STREAMS``,
+    default 4; 1 runs them one after another; always 1 off CUDA).
+
+    Why: the calls are independent, and the short ones (a branch of few segments, an offset group)
+    fill a fraction of an H100's SMs with a partial last wave; on several streams their waves and
+    launch gaps overlap (docs/perf/attention.md).  The streams fork from the caller's stream and
+    join it before the merge, so the calls stay ordered with everything around them, in eager
+    mode and inside a CUDA graph capture alike.
+    """
+    raw = os.environ.get("ATTENTION_STREAMS", "4")
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"ATTENTION_STREAMS must be a positive integer, got {raw!r}")
+    return int(raw) if device.type == "cuda" else 1
+
+
+def _side_streams(device: torch.device, n: int) -> list:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    streams = _SIDE_STREAMS.setdefault(index, [])
+    while len(streams) < n:
+        streams.append(torch.cuda.Stream(device=index))
+    return streams[:n]
+
+
+@contextlib.contextmanager
+def spread(device: torch.device, calls: int) -> Iterator:
+    """Yield ``on(i)``, a context that runs call ``i`` on its stream.
+
+    Every side stream first waits for the caller's stream (so it sees q, k, v, and a block freed
+    to its pool by the caller is only reused after the caller's earlier work), and the caller's
+    stream waits for every side stream at the end (so what the calls wrote is complete before it
+    is read).
+    """
+    n = min(concurrent_streams(device), calls)
+    if n <= 1:
+        yield lambda i: contextlib.nullcontext()
+        return
+    main = torch.cuda.current_stream(device)
+    side = _side_streams(device, n)
+    for stream in side:
+        stream.wait_stream(main)
+    try:
+        yield lambda i: torch.cuda.stream(side[i % n])
+    finally:
+        for stream in side:
+            main.wait_stream(stream)
+
+
+# --------------------------------------------------------------------------------------------
 # pieces of one chunk pair
 # --------------------------------------------------------------------------------------------
 def run_pieces_forward(
@@ -153,12 +209,16 @@ def run_pieces_forward(
     by-products (sequence metadata, RNG state) for its backward."""
     b = qc.shape[0]
     parts, auxes = [], []
-    for piece in pieces:
-        for call in plan.calls(piece, b, _batch_rows(qc), _batch_rows(kc)):
+    calls = [
+        (piece, call) for piece in pieces for call in plan.calls(piece, b, _batch_rows(qc), _batch_rows(kc))
+    ]
+    with spread(qc.device, len(calls)) as on:
+        for i, (piece, call) in enumerate(calls):
             qv = _view(qc, call.q_offset, call.sizes, call.q_strides, piece.lq, piece.t_stride)
             kv = _view(kc, call.k_offset, call.sizes, call.k_strides, piece.lk, piece.t_stride)
             vv = _view(vc, call.k_offset, call.sizes, call.k_strides, piece.lk, piece.t_stride)
-            out, lse, aux = plan.kernels.forward(qv, kv, vv, piece.causal, plan.scale)
+            with on(i):
+                out, lse, aux = plan.kernels.forward(qv, kv, vv, piece.causal, plan.scale)
             parts.append(_q_part(out, lse, call, piece))
             auxes.append(aux)
     return parts, auxes
@@ -181,23 +241,25 @@ def run_pieces_backward(
     calls = [
         (piece, call) for piece in pieces for call in plan.calls(piece, b, _batch_rows(qc), _batch_rows(kc))
     ]
-    for (piece, call), aux in zip(calls, auxes, strict=True):
-        geo_q = (call.q_offset, call.sizes, call.q_strides, piece.lq, piece.t_stride)
-        geo_k = (call.k_offset, call.sizes, call.k_strides, piece.lk, piece.t_stride)
-        g = plan.kernels.backward(
-            _view(doc, *geo_q),
-            _view(qc, *geo_q),
-            _view(kc, *geo_k),
-            _view(vc, *geo_k),
-            _view(oc, *geo_q),
-            _view(lc, *geo_q).contiguous(),
-            aux,
-            piece.causal,
-            plan.scale,
-        )
-        dq.append(_q_part(g[0], None, call, piece))
-        dk.append(_k_part(g[1], call, piece))
-        dv.append(_k_part(g[2], call, piece))
+    with spread(qc.device, len(calls)) as on:
+        for i, ((piece, call), aux) in enumerate(zip(calls, auxes, strict=True)):
+            geo_q = (call.q_offset, call.sizes, call.q_strides, piece.lq, piece.t_stride)
+            geo_k = (call.k_offset, call.sizes, call.k_strides, piece.lk, piece.t_stride)
+            with on(i):
+                g = plan.kernels.backward(
+                    _view(doc, *geo_q),
+                    _view(qc, *geo_q),
+                    _view(kc, *geo_k),
+                    _view(vc, *geo_k),
+                    _view(oc, *geo_q),
+                    _view(lc, *geo_q).contiguous(),
+                    aux,
+                    piece.causal,
+                    plan.scale,
+                )
+            dq.append(_q_part(g[0], None, call, piece))
+            dk.append(_k_part(g[1], call, piece))
+            dv.append(_k_part(g[2], call, piece))
     return dq, dk, dv
 
 

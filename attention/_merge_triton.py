@@ -42,7 +42,7 @@ except ImportError:  # no Triton (CPU-only installs): attention._merge uses the 
 
 _WIDE_ROWS = 1 << 30  # from this many destination rows on, the row arithmetic is 64-bit
 _VEC = 8  # elements a thread may load as one vector when every row starts at a multiple of it
-_MAP_ENTRIES = 1 << 23  # (row, part) entries of the maps: 2 x 32 MiB at most
+_MAP_ENTRIES = 1 << 24  # (row, part) entries of the maps: 2 x 64 MiB at most
 _LOCATE_ROWS = 128  # rows per program of the locate kernel (one per thread at 4 warps)
 _SLOT_ARGS = ("l", "off", "s1", "n1", "r1", "q1", "s2", "n2", "r2", "q2", "s3", "n3", "r3", "q3")
 # not specialised on their values: one compiled kernel serves every shape.  ``D`` (head_dim) is:

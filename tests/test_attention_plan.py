@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from attention import RingDilatedAttention
+from attention._engine import concurrent_streams
 from attention._lse import merge_stacked
 from attention._merge import Part, merge_online, merge_torch, nested, sum_torch, triton_merge_enabled
 from attention._plan import build_pieces, chunk_bounds, fold, split_lengths
@@ -222,6 +223,20 @@ def test_the_merge_is_fused_only_on_cuda_unless_asked(monkeypatch: pytest.Monkey
     monkeypatch.setenv("ATTENTION_MERGE", "fused")
     with pytest.raises(ValueError, match="auto, torch or triton"):
         triton_merge_enabled(cpu)
+
+
+def test_kernel_calls_spread_over_streams_only_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ATTENTION_STREAMS`` (default 4) applies on CUDA; the CPU runs calls in order; a bad value
+    is an error that says what is expected."""
+    monkeypatch.delenv("ATTENTION_STREAMS", raising=False)
+    assert concurrent_streams(torch.device("cpu")) == 1
+    assert concurrent_streams(torch.device("cuda", 0)) == 4
+    monkeypatch.setenv("ATTENTION_STREAMS", "2")
+    assert concurrent_streams(torch.device("cuda", 0)) == 2
+    for bad in ("0", "-1", "two"):
+        monkeypatch.setenv("ATTENTION_STREAMS", bad)
+        with pytest.raises(ValueError, match="positive integer"):
+            concurrent_streams(torch.device("cpu"))
 
 
 _TRITON_CHECK = r"""

@@ -60,14 +60,18 @@ HEADS, DIM = 12, 64
 ISSUE_SEGS, RATES = [2048, 4096, 8192], [1, 2, 4]
 SECTIONS = ("improved", "ring", "block-sparse", "backends", "kernels")
 #: engine variants the improved and kernels sections compare (``--variants``): the merge
-#: (``ATTENTION_MERGE``): as configured (the fused Triton merge on CUDA) or plain torch (the
-#: engine before issue 18's second part, apart from cuDNN's backward now reading views)
-VARIANTS: dict[str, str] = {"default": os.environ.get("ATTENTION_MERGE", "auto"), "torch": "torch"}
+#: (``ATTENTION_MERGE``: the fused Triton merge on CUDA, or plain torch as before issue 18's
+#: second part) and the streams a chunk pair's kernel calls are spread over (``ATTENTION_STREAMS``)
+VARIANTS: dict[str, tuple[str, str]] = {
+    "default": (os.environ.get("ATTENTION_MERGE", "auto"), os.environ.get("ATTENTION_STREAMS", "4")),
+    "serial": ("auto", "1"),
+    "torch": ("torch", "1"),
+}
 
 
 def use_variant(name: str) -> None:
     """Switch the engine to variant ``name`` for the calls that follow (read at every call)."""
-    os.environ["ATTENTION_MERGE"] = VARIANTS[name]
+    os.environ["ATTENTION_MERGE"], os.environ["ATTENTION_STREAMS"] = VARIANTS[name]
 
 
 class Bench:
