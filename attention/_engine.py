@@ -3,7 +3,7 @@
 It executes a :mod:`attention._plan` — dense, mask-free attention pieces over (query chunk, key
 chunk) pairs, each a *strided view* of q, k and v (nothing is gathered) — with fused kernels that
 return their log-sum-exp (:mod:`attention._kernels`), and merges every query chunk's pieces in one
-pass (:mod:`attention._merge`: one Triton kernel on CUDA).  One chunk is ``improved``;
+pass (:mod:`attention._merge`: two Triton kernels on CUDA).  One chunk is ``improved``;
 ``ring_size`` chunks visited chunk-pair by chunk-pair is the single-device ring (a query chunk's
 piece outputs live from its first pair to its last, so the attention intermediates are
 O(n / ring_size)); with ``torch.distributed`` each rank holds one chunk and key/value chunks travel

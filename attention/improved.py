@@ -5,8 +5,9 @@ equally spaced rows, so every branch is computed on **strided views** of q, k an
 fused kernels read in place (:mod:`attention._plan`): per branch, all segments and all heads of an
 offset group in one call (cuDNN / FlashAttention-2 / memory-efficient on CUDA, the CPU flash
 kernel on CPU, exact math elsewhere; see :mod:`attention._kernels`), no gather and no copy.  The
-pieces' outputs are merged by log-sum-exp in one pass (:mod:`attention._merge`: one Triton kernel
-on CUDA, which reads every branch output once and writes the result once).  A segment cut by the
+pieces' outputs are merged by log-sum-exp in one pass (:mod:`attention._merge`: on CUDA two Triton
+kernels, which read every branch output once and write the result once), and on CUDA the calls
+run on several streams at once (:func:`attention._engine.concurrent_streams`).  A segment cut by the
 end of the sequence is one extra small call per run of offset groups, with exactly its kept
 positions (no padding, no mask).
 
