@@ -15,7 +15,7 @@ Two implementations compute exactly this:
   At most :data:`SLOTS` parts per launch; more are chained through a float32 accumulator.
 - :func:`merge_torch` (CPU, or no Triton): ``as_strided`` views of the destination with the same
   geometry, a ``logaddexp`` pass and a weighted-sum pass per part.  Same function, same rounding
-  up to the order of float32 additions (tests/test_attention_merge.py compares the two).
+  up to the order of float32 additions (tests/test_attention_plan.py compares the two).
 
 Gradients of the pieces (dq, dk, dv, each in the geometry of q or of k) are summed into the
 sequence layout the same way, without weights (:func:`sum_parts`), optionally on top of what the

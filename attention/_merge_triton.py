@@ -128,6 +128,13 @@ if AVAILABLE:
         return y, m
 
     @triton.jit
+    def _local_rows(BLOCK: tl.constexpr, WIDE: tl.constexpr):
+        """This program's rows of the current chunk: 32-bit unless the destination needs 64."""
+        if WIDE:
+            return tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        return tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+
+    @triton.jit
     def _weight(total, y, m_safe):
         return total + tl.exp(y - m_safe)
 
@@ -151,10 +158,7 @@ if AVAILABLE:
         NUM: tl.constexpr, HAS_PRIOR: tl.constexpr, WITH_LSE: tl.constexpr, BLOCK: tl.constexpr,
         WIDE: tl.constexpr,
     ):
-        if WIDE:
-            local = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        else:
-            local = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        local = _local_rows(BLOCK, WIDE)
         rid = row0 + local
         ok_r = (local < chunk) & (rid < rows)
         m = tl.full([BLOCK], float("-inf"), tl.float32)
@@ -240,10 +244,7 @@ if AVAILABLE:
         NUM: tl.constexpr, HAS_PRIOR: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_R: tl.constexpr,
         BLOCK_D: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
     ):
-        if WIDE:
-            local = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-        else:
-            local = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+        local = _local_rows(BLOCK_R, WIDE)
         rid = row0 + local
         ok_r = (local < chunk) & (rid < rows)
         cols = tl.arange(0, BLOCK_D)

@@ -139,6 +139,14 @@ class Bench:
                 out.append((time.perf_counter() - t0) * 1e3)
         return statistics.median(out), method
 
+    def first_call_s(self, fn: Callable[[], object]) -> float:
+        """Wall time of a call that is the first of its kind in the process (plans, compilation)."""
+        self._sync()
+        t0 = time.perf_counter()
+        fn()
+        self._sync()
+        return time.perf_counter() - t0
+
     def peak_extra_bytes(self, fn: Callable[[], torch.Tensor]) -> int | None:
         """Peak allocation of one call beyond what existed before it and beyond its output."""
         if not self.cuda:
@@ -226,15 +234,6 @@ def kernel_name(module: torch.nn.Module) -> str:
     return plans[-1].kernels.name if plans else "?"
 
 
-def _first_call_s(b: Bench, fn: Callable[[], object]) -> float:
-    """Wall time of a call that is the first of its kind in the process (plans, compilation)."""
-    b._sync()
-    t0 = time.perf_counter()
-    fn()
-    b._sync()
-    return time.perf_counter() - t0
-
-
 def improved_vs_sdpa(b: Bench, n: int, variants: list[str]) -> None:
     """Both ratios of the issue for each engine variant, against one SDPA reference."""
     segs = scaled(ISSUE_SEGS, n, b.smoke)
@@ -261,7 +260,7 @@ def improved_vs_sdpa(b: Bench, n: int, variants: list[str]) -> None:
         use_variant(variant)
         improved = ImprovedDilatedAttention(segment_lengths=segs, dilation_rates=RATES)
         with torch.no_grad():
-            first_f = _first_call_s(b, lambda m=improved: m(q, k, v))
+            first_f = b.first_call_s(lambda m=improved: m(q, k, v))
             t_imp, m_imp = b.time_ms(lambda m=improved: m(q, k, v), graph=True)
         b.record(
             bench="improved-forward",
@@ -279,7 +278,7 @@ def improved_vs_sdpa(b: Bench, n: int, variants: list[str]) -> None:
         def imp_fb(m: torch.nn.Module = improved) -> None:
             m(qg, kg, vg).backward(grad_out)
 
-        first_fb = _first_call_s(b, imp_fb)
+        first_fb = b.first_call_s(imp_fb)
         t_imp, m_imp = b.time_ms(imp_fb, graph=True)
         b.record(
             bench="improved-forward+backward",
@@ -382,11 +381,7 @@ def block_sparse(b: Bench, n: int) -> None:
                 backend=backend,
                 kernel_options=options,
             )
-            b._sync()
-            t0 = time.perf_counter()
-            module(q, k, v)
-            b._sync()
-            first_s = time.perf_counter() - t0
+            first_s = b.first_call_s(lambda module=module: module(q, k, v))
             try:
                 t_bs, m_bs = b.time_ms(lambda module=module: module(q, k, v), graph=True)
             except Exception as exc:  # an option the kernel cannot compile: report it
@@ -428,10 +423,7 @@ def backends_table(b: Bench, lengths: list[int]) -> None:
             q, k, v = b.qkv(n)
             try:
                 with torch.no_grad():
-                    t0 = time.perf_counter()
-                    module(q, k, v)
-                    b._sync()
-                    first_s = time.perf_counter() - t0
+                    first_s = b.first_call_s(lambda module=module, q=q, k=k, v=v: module(q, k, v))
                     t, method = b.time_ms(lambda module=module, q=q, k=k, v=v: module(q, k, v), graph=True)
             except Exception as exc:
                 b.record(bench="backend", backend=name, n=n, available=True, error=repr(exc)[:200])
