@@ -107,7 +107,10 @@ class _Suite:
         p = self._pass(pass_name)
         with _skip_unsupported():
             result = p.timing()
-        outcome = Outcome("seconds", result.median, list(result.samples), result.method, dict(result.info))
+        info = dict(result.info)
+        with _skip_unsupported():
+            info["path"] = p.path()  # after the timing: counting the path never runs before it
+        outcome = Outcome("seconds", result.median, list(result.samples), result.method, info)
         return self._record(benchmark, p, outcome)
 
     def _memory(self, benchmark: str, pass_name: str) -> float:

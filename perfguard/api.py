@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from perfguard.bisect import BisectResult
     from perfguard.calibrate import Calibration
     from perfguard.changepoints import Detection
+    from perfguard.fidelity import FidelityReport
     from perfguard.gate import CheckOutcome
     from perfguard.measuring import Bench, Reporter
     from perfguard.report import SiteSummary
@@ -173,6 +174,27 @@ def run(
         b.store_runs(side, runs)
         b.say(f"stored {n} round(s) of {side.label} for machine key {b.machine.key!r} in {b.store.url}")
         return RunOutcome(side.label, side.commit.sha, b.machine.key, b.store.url, runs)
+
+
+def fidelity(
+    *,
+    profile: str = "auto",
+    bench: str | None = None,
+    sample: int = 0,
+    time_tolerance: float | None = None,
+    reporter: Reporter | None = None,
+    cwd: Path | None = None,
+) -> FidelityReport:
+    """``perfguard fidelity``: the selection in one full round, then each sampled case alone.
+
+    Every deterministic number and path fingerprint must be equal, every timing within the
+    tolerance (:mod:`perfguard.fidelity`).  The work tree is measured as it is; nothing is stored.
+    ``report.exit_code``: 0 when everything agrees, 1 when something does not.
+    """
+    from perfguard.fidelity import fidelity_test
+
+    with _bench(reporter, profile_name=profile, bench_regex=bench, db_url=None, cwd=cwd) as b:
+        return fidelity_test(b, sample=sample, time_tolerance=time_tolerance)
 
 
 # --------------------------------------------------------------------------------------------

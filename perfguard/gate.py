@@ -508,6 +508,7 @@ def _record(
     underneath: list[dict[str, Any]],
     acceptances: dict[str, Any],
 ) -> int:
+    from perfguard.compare.paths import path_changes
     from perfguard.measuring import command_line, commit_record
     from perfguard.store import CheckItemRecord
 
@@ -534,6 +535,7 @@ def _record(
             "trust": "trusted" if bench.trusted else "untrusted",
             "underneath": underneath,
             "acceptances": acceptances,
+            "paths": path_changes(base_rounds, head_rounds),
         },
         environment={
             "base": _environment(bench, base_rounds, base_sha),

@@ -99,6 +99,24 @@ class Pass:
             self._kernels = counted
         return self._kernels
 
+    def path(self) -> dict[str, Any]:
+        """The path fingerprint of one call (DESIGN.md, "Fidelity"): what a timed number stands for.
+
+        On CUDA the names of the kernels one call launches (the timed graph's kernel nodes, else a
+        profiler pass); on the CPU the multiset of aten ops one call dispatches.  ``digest`` is
+        what is compared (between base and HEAD, between a round and a case measured alone);
+        ``names`` is what a report shows when it changed.
+        """
+        if self.device == "cuda":
+            names = sorted(n for n in self.kernels() if n != "(other)")
+            return {"kind": "CUDA kernels", "digest": work.digest(names), "names": names}
+        multiset = dict(sorted(self.counts().op_counts.items()))
+        return {
+            "kind": "aten ops",
+            "digest": work.digest(f"{name} x{count}" for name, count in multiset.items()),
+            "names": sorted(multiset),
+        }
+
     def breakdown(self) -> dict[str, Any]:
         """Per kernel (CUDA) or per aten op (CPU) count and time of one eager call (profiler)."""
         if self._breakdown is None:

@@ -76,6 +76,11 @@ def label_of(name: str, param_reprs: tuple[str, ...]) -> str:
     return f"{name}({', '.join(param_reprs)})" if param_reprs else name
 
 
+def case_of(label: str) -> str:
+    """The parameters part of a label: every benchmark of one case shares it."""
+    return label[label.find("(") :] if "(" in label else label
+
+
 def _combinations(benchmarks: list[Any]) -> Iterator[tuple[Any, int, str, dict[str, Any]]]:
     for bench in benchmarks:
         values = list(itertools.product(*bench._params)) if bench._params else [()]
@@ -124,7 +129,7 @@ def run(spec: dict[str, Any]) -> int:
     from asv_runner.benchmarks.mark import SkipNotImplemented
     from asv_runner.discovery import disc_benchmarks
 
-    from perfguard import measurement, ranks
+    from perfguard import fallbacks, measurement, ranks
 
     started = time.perf_counter()
     bench_dir = Path(spec["benchmark_dir"])
@@ -167,6 +172,7 @@ def run(spec: dict[str, Any]) -> int:
             discovery_s=discovery_s,
             ranks=1 if group is None else group.world,
         )
+        watch = fallbacks.FallbackWatch()
         for bench, index, label, params in selected:
             _emit(out, event="start", label=label)
             t0 = time.perf_counter()
@@ -174,25 +180,37 @@ def run(spec: dict[str, Any]) -> int:
             bench.set_param_idx(index)
             values = tuple(params.values())
             failed_on_cuda = False
+            case = case_of(label)
+            earlier = watch.tainted(case)
             try:
-                reason = _setup(bench, values)
-                if reason is not None:
-                    result.update(status="skipped", error=reason)
-                else:
-                    try:
-                        value = bench.run(*values)
-                        outcome = measurement.take(bench.name, params)
-                        result.update(_result_fields(value, outcome, bench))
-                        if any(r.search(label) for r in profile_regexes):
-                            name = "forward_backward" if "ForwardBackward" in bench.name else "forward"
-                            measured = _current_measured(group is not None)
-                            if measured is not None and measured.case is not None:
-                                result.setdefault("info", {})["underneath"] = measured.pass_(name).breakdown()
-                    except SkipNotImplemented as exc:
-                        result.update(status="skipped", error=str(exc) or "skipped")
-                    finally:
-                        for teardown in bench._teardowns:
-                            teardown(*values)
+                if earlier is not None:
+                    raise _Tainted(fallbacks.tainted_text(earlier))
+                with watch.watch(case) as caught:
+                    reason = _setup(bench, values)
+                    if reason is not None:
+                        result.update(status="skipped", error=reason)
+                    else:
+                        try:
+                            value = bench.run(*values)
+                            outcome = measurement.take(bench.name, params)
+                            result.update(_result_fields(value, outcome, bench))
+                            if any(r.search(label) for r in profile_regexes):
+                                name = "forward_backward" if "ForwardBackward" in bench.name else "forward"
+                                measured = _current_measured(group is not None)
+                                if measured is not None and measured.case is not None:
+                                    breakdown = measured.pass_(name).breakdown()
+                                    result.setdefault("info", {})["underneath"] = breakdown
+                        except SkipNotImplemented as exc:
+                            result.update(status="skipped", error=str(exc) or "skipped")
+                        finally:
+                            for teardown in bench._teardowns:
+                                teardown(*values)
+                if caught.messages:
+                    result = {"label": label, "benchmark": bench.name, "params": params, "status": "failed",
+                              "error": fallbacks.failure_text(caught.messages)}  # fmt: skip
+                    failed_on_cuda = device == "cuda"  # the process runs another path from now on
+            except _Tainted as exc:
+                result.update(status="failed", error=str(exc))
             except Exception:
                 result.update(status="failed", error=traceback.format_exc()[-4000:])
                 failed_on_cuda = device == "cuda"
@@ -211,6 +229,10 @@ def run(spec: dict[str, Any]) -> int:
     if group is not None:
         ranks.leave()
     return 0
+
+
+class _Tainted(Exception):
+    """A benchmark of a case whose path switched in an earlier benchmark (:mod:`perfguard.fallbacks`)."""
 
 
 def _current_measured(distributed: bool) -> Any:

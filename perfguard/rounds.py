@@ -53,6 +53,7 @@ from typing import Any
 from perfguard import round_output
 from perfguard.errors import BenchmarkError
 from perfguard.profiles import DEVICE_ENV, DISTRIBUTED_SUITE, PROFILE_ENV, Profile
+from perfguard.round_worker import case_of
 from perfguard.store.records import ResultRecord
 from perfguard.suite import load_benchmark_dir
 
@@ -262,7 +263,7 @@ class RoundRunner:
                 )
             # The case it died in would kill the next process too: its other benchmarks fail with it.
             for x in plan:
-                if x not in finished and _case_of(x) == _case_of(in_flight):
+                if x not in finished and case_of(x) == case_of(in_flight):
                     why = "while measuring this" if x == in_flight else f"while measuring {in_flight}"
                     finished[x] = {**planned.get(x, {}), "label": x, "status": "failed", "error": (
                         f"the benchmark process died {why} ({how}); the rest of the round ran in a "
@@ -467,11 +468,6 @@ def _describe_group_exit(code: int, log: str) -> str:
 
     ordered = sorted(seen.items(), key=cause_first)
     return f"{how}; " + ", ".join(f"rank {rank}: {_describe_exit(c)}" for rank, c in ordered)
-
-
-def _case_of(label: str) -> str:
-    """The parameters part of a label: every benchmark of one case shares it."""
-    return label[label.find("(") :] if "(" in label else label
 
 
 def _describe_exit(code: int) -> str:

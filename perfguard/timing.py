@@ -566,13 +566,22 @@ def peak_memory(fn: Callable[[], Any], device: str, *, passes: int = 2) -> Memor
 
     ``fn`` must have been called once already (workspaces, autotuning).  ``passes`` measured
     calls; the value is the last, and all are recorded so a non-deterministic peak shows.
+
+    Every measured call starts from an allocator with no free cached blocks (``empty_cache``):
+    the caching allocator hands a request a whole cached block when splitting it would leave too
+    little, and counts the whole block as allocated, so the same call's peak used to depend on
+    which blocks earlier cases of the round had left behind (``ring`` 4K forward+backward: 57.4
+    MiB in a round, 56.4 MiB alone, issue 26).  From an empty cache the peak is a property of
+    the call alone.
     """
     if device != "cuda":
         raise ValueError("peak GPU memory needs CUDA")
     values = []
     reserved = []
     for _ in range(passes):
+        gc.collect()
         torch.cuda.synchronize()
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
         out = fn()

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +83,23 @@ def dispatch_counts(fn: Callable[[], Any]) -> Counts:
     formulas = _flop_formulas()
 
     class _Counter(TorchDispatchMode):
+        # A higher-order operator that reaches the mode eagerly (e.g. FlexAttention on the CPU) is
+        # counted as one op under its own name, with the registry's formula, and run as it is.
+        supports_higher_order_operators = True
+
+        @classmethod
+        def is_infra_mode(cls) -> bool:
+            """Transparent to ``torch.compile``: compiled regions run their compiled code here.
+
+            Under a user-visible dispatch mode Dynamo refuses to run compiled code, and
+            ``torch.compile(flex_attention)`` then raises; the guarded module used to answer with a
+            fallback to another path (issue 26).  Counting must not change the path it counts, so
+            this mode declares itself infrastructure, like the modes ``torch.compile`` itself uses:
+            the compiled region runs the kernels a plain call runs; its inside is not dispatched
+            and so not counted (its CUDA kernels are, by :func:`graph_kernels`).
+            """
+            return True
+
         def __init__(self) -> None:
             super().__init__()
             self.ops: Counter[str] = Counter()
@@ -91,8 +109,9 @@ def dispatch_counts(fn: Callable[[], Any]) -> Counts:
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
-            packet = func.overloadpacket
-            self.ops[f"aten::{packet.__name__}"] += 1
+            hop = isinstance(func, torch._ops.HigherOrderOperator)
+            packet = func if hop else func.overloadpacket
+            self.ops[f"higher_order::{func.name()}" if hop else f"aten::{packet.__name__}"] += 1
             formula = formulas.get(packet)
             if formula is not None:
                 self.flops += int(formula(*args, **kwargs, out_val=out))
@@ -117,6 +136,14 @@ def dispatch_counts(fn: Callable[[], Any]) -> Counts:
         allocated_bytes=counter.bytes,
         op_counts=_limited(counter.ops),
     )
+
+
+def digest(parts: Iterable[str]) -> str:
+    """A short stable hash of a path's parts (kernel names, or aten ops with their counts)."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode("utf-8", "replace") + b"\n")
+    return h.hexdigest()[:16]
 
 
 def _limited(counts: Counter[str]) -> dict[str, int]:

@@ -17,6 +17,7 @@ from perfguard.cli.calibrate import calibrate
 from perfguard.cli.changes import changes
 from perfguard.cli.check import check
 from perfguard.cli.db import db
+from perfguard.cli.fidelity import fidelity
 from perfguard.cli.history import history
 from perfguard.cli.report import report
 from perfguard.cli.run import run
@@ -60,10 +61,11 @@ def main() -> None:
     perfguard accept IMPL BENCH --max R --reason WHY   accept an intended regression
     perfguard bisect --good A --bad B --bench RE       find the commit where a series moved
     perfguard changes --commit SHA      flag the steps of the baseline branch nobody accepted
+    perfguard fidelity                  numbers of a full round against each case measured alone
 
     Exit codes: 0 ok, 1 regression or failed verification, 2 usage or environment error.
     """
 
 
-for _command in (verify, run, check, report, history, accept, bisect, changes, calibrate, db):
+for _command in (verify, run, check, report, history, accept, bisect, changes, calibrate, fidelity, db):
     main.add_command(_command)

@@ -50,6 +50,9 @@ from perfguard.report.stories import (
 from perfguard.report.templating import environment, inline_csp, static_text
 from perfguard.store import Store, StoredCheck
 
+#: How many code-path changes the "Also" line names (the JSON report has them all).
+PATHS_SHOWN = 3
+
 __all__ = [
     "FAILING",
     "GITHUB_COMMENT_LIMIT",
@@ -236,6 +239,32 @@ class CheckReport:
         unused = self.acceptances.unused if self.acceptances is not None else []
         if unused:
             out.append(f"{formatting.count(len(unused), 'acceptance')} found no regression in its scope")
+        out += self.path_phrases
+        return out
+
+    @property
+    def path_phrases(self) -> list[str]:
+        """The timings whose code path differs between the sides (or between a side's own rounds).
+
+        ``summary["paths"]`` (:mod:`perfguard.compare.paths`); said whatever the verdict, because
+        a changed path means the two numbers are of different code (issue 26).
+        """
+        raw = self.check.summary.get("paths") if isinstance(self.check.summary, Mapping) else None
+        entries = [e for e in raw if isinstance(e, Mapping)] if isinstance(raw, list) else []
+        out = []
+        for e in entries[:PATHS_SHOWN]:
+            where = (
+                f"{e.get('impl')} {formatting.metric_label(str(e.get('benchmark')))} ({e.get('params_key')})"
+            )
+            varies = [str(v) for v in e.get("varies") or []]
+            if varies:
+                out.append(f"{where}: the {' and '.join(varies)} rounds ran different code paths")
+                continue
+            removed = ", ".join(str(n) for n in e.get("removed") or []) or "–"
+            added = ", ".join(str(n) for n in e.get("added") or []) or "–"
+            out.append(f"{where} runs another code path ({e.get('kind')}): {removed} → {added}")
+        if len(entries) > PATHS_SHOWN:
+            out.append(f"{len(entries) - PATHS_SHOWN} more code-path changes (JSON report)")
         return out
 
 
