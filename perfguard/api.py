@@ -193,7 +193,9 @@ def fidelity(
     """
     from perfguard.fidelity import fidelity_test
 
-    with _bench(reporter, profile_name=profile, bench_regex=bench, db_url=None, cwd=cwd) as b:
+    with _bench(
+        reporter, profile_name=profile, bench_regex=bench, db_url=None, cwd=cwd, for_history=False
+    ) as b:
         return fidelity_test(b, sample=sample, time_tolerance=time_tolerance)
 
 

@@ -20,11 +20,11 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("machine",),
     ("timing", "work", "communication"),
     ("cases", "passes", "measurement", "suite", "shards", "ranks"),
-    ("round_worker", "round_output", "rounds"),
+    ("fallbacks", "round_worker", "round_output", "rounds"),
     ("store", "migrations"),
     ("stats", "compare", "accept"),
     ("report",),
-    ("measuring", "gate", "bisect", "changepoints", "calibrate", "verify"),  # the commands' libraries
+    ("measuring", "gate", "bisect", "changepoints", "calibrate", "verify", "fidelity"),  # the commands' libraries
     ("api",),
     ("cli", "__main__", "github"),
 )
