@@ -17,7 +17,13 @@ from numpy.typing import ArrayLike
 
 from perfguard import stats
 from perfguard.errors import EXIT_FAILED, EXIT_OK
-from perfguard.store.records import CHECK_ITEM_COLUMNS, CheckItemRecord, ResultRecord, params_key
+from perfguard.store.records import (
+    CHECK_ITEM_COLUMNS,
+    COUNT_METRICS,
+    CheckItemRecord,
+    ResultRecord,
+    params_key,
+)
 from perfguard.suite import short_name
 
 if sys.version_info >= (3, 11):
@@ -50,7 +56,7 @@ VERIFY_BENCHMARK = "perfguard verify"
 STATUSES = ("ok", "failed", "skipped")
 #: Metrics whose value is deterministic (no statistics: a rise over the threshold fails; memory
 #: also needs a rise over its byte floor).  The work metrics count what one call does.
-WORK_METRICS = frozenset({"flops", "ops", "kernels", "allocated"})
+WORK_METRICS = COUNT_METRICS
 DETERMINISTIC_METRICS = frozenset({"memory"}) | WORK_METRICS
 #: Metrics that are reported, not gated, unless an override says ``gate = true``.
 REPORTED_METRICS = frozenset({"throughput", "efficiency"})

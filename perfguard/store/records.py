@@ -23,6 +23,9 @@ from perfguard.errors import StoreError
 
 METRICS = ("time", "memory", "throughput", "efficiency", "flops", "ops", "kernels", "allocated")
 DIRECTIONS = ("lower", "higher")
+#: Metrics that count what one call does (perfguard.work).  Zero is a count: a call whose work runs
+#: inside a compiled region (FlexAttention under torch.compile) dispatches no FLOP-counted op.
+COUNT_METRICS = frozenset({"flops", "ops", "kernels", "allocated"})
 RESULT_STATUSES = ("ok", "failed", "skipped")
 PURPOSES = ("run", "baseline", "head", "retry", "calibrate")
 # Key of ``ResultRecord.info`` that counts the NaN / infinite samples dropped from ``samples``.
@@ -211,7 +214,7 @@ class ResultRecord:
             for i, sample in enumerate(self.samples):
                 if type(sample) is not float or not math.isfinite(sample):
                     raise RecordError(f"sample {i} is {_show(sample)}, not a number")
-                if sample <= 0:
+                if sample < 0 or (sample == 0 and self.metric not in COUNT_METRICS):
                     raise RecordError(
                         f"sample {i} is {sample!r}: a {self.metric} sample is a positive amount "
                         f"of {self.unit}"
@@ -227,7 +230,7 @@ class ResultRecord:
                 continue
             if type(number) is not float or not math.isfinite(number):
                 raise RecordError(f"{name} is {_show(number)}, not a finite number")
-            if number <= 0:
+            if number < 0 or (number == 0 and self.metric not in COUNT_METRICS):
                 raise RecordError(
                     f"{name} is {number!r}: a {self.metric} is a positive amount of {self.unit}"
                 )
