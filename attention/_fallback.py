@@ -50,6 +50,7 @@ import torch
 STRIKES = 2  # plain-call failures in a row that switch a fast path off for the process
 THIS_CALL = "for this call only"
 REST_OF_PROCESS = "for the rest of the process"
+CAPTURE = "during CUDA graph capture"
 
 
 class ContextError(RuntimeError):
@@ -77,7 +78,7 @@ def calling_context() -> str | None:
     if torch._C._functorch.peek_interpreter_stack() is not None:
         return "inside a torch.func transform (vmap, grad, ...)"
     if torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
-        return "during CUDA graph capture"
+        return CAPTURE
     from torch.overrides import _get_current_function_mode_stack
     from torch.utils._device import DeviceContext
 
@@ -155,6 +156,8 @@ class Fallback:
         context = calling_context()
         if context is not None:
             sticky, where, lasts = False, context, THIS_CALL
+            if context == CAPTURE:
+                lasts += " (and every replay of the graph it is captured into)"
         else:
             count = self._in_a_row.get((key, phase), 0) + 1
             sticky = count >= STRIKES

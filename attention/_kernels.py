@@ -427,10 +427,11 @@ class KernelSet:
     def _describe(self, name: str) -> str:
         return f"attention kernel {name!r} on {self.device.type} {self.dtype} head_dim {self.head_dim}"
 
-    def _run(self, name: str, phase: str, fn: Callable[..., Any], tensors: tuple, rest: tuple) -> Any:
+    def _run(
+        self, name: str, key: tuple, phase: str, fn: Callable[..., Any], tensors: tuple, rest: tuple
+    ) -> Any:
         """``fn(*tensors, *rest)`` on the views as they are, or on contiguous copies when this
         kernel rejects strides (for this call, or for the process: ``STRIDES_FALLBACK``)."""
-        key = self._key(name)
         if key in STRIDES_FALLBACK.off:
             return fn(*(t.contiguous() for t in tensors), *rest)
         try:
@@ -467,15 +468,16 @@ class KernelSet:
             if name == "math":
                 out, lse, _ = _math_forward(q, k, v, causal, scale)
                 return out, lse, ("math", None)
+            key = self._key(name)
             try:
-                out, lse, aux = self._run(name, "", _IMPLS[name][0], (q, k, v), (causal, scale))
+                out, lse, aux = self._run(name, key, "", _IMPLS[name][0], (q, k, v), (causal, scale))
             except _FAILURES as exc:
                 nxt = live[i + 1]
                 KERNEL_FALLBACK.failed(
-                    self._key(name), exc, what=self._describe(name), instead=f"falling back to {nxt!r}"
+                    key, exc, what=self._describe(name), instead=f"falling back to {nxt!r}"
                 )
                 continue
-            KERNEL_FALLBACK.succeeded(self._key(name))
+            KERNEL_FALLBACK.succeeded(key)
             return out, lse, (name, aux)
         raise AssertionError("unreachable: math is always live")
 
@@ -498,7 +500,7 @@ class KernelSet:
         if name != "math" and key not in KERNEL_FALLBACK.off:
             tensors, rest = (dout, q, k, v, out), (lse, inner, causal, scale)
             try:
-                grads = self._run(name, "backward", _IMPLS[name][1], tensors, rest)
+                grads = self._run(name, key, "backward", _IMPLS[name][1], tensors, rest)
             except _FAILURES as exc:
                 KERNEL_FALLBACK.failed(
                     key,
