@@ -51,9 +51,9 @@ masked, padded queries dropped).  Single device only (no sequence-parallel ranks
 calls in a row — for the rest of the process for that (device, dtype, head_dim).  A failure under
 a dispatch mode (``FlopCounterMode``, a counting ``TorchDispatchMode``), graph capture, tracing or
 a ``torch.func`` transform is never recorded (:mod:`attention._fallback`).  Under a dispatch mode
-flex is not even tried: ``torch.compile`` does not compile there, and flex's eager reference
-would hold every score in memory (and, in torch 2.13, leave the next plain call of eager flex
-failing in Dynamo).  ``backend="flex"`` raises a plain call's failure instead of falling back.
+that ``torch.compile`` skips flex is not even tried: its eager reference would hold every score in
+memory (and, in torch 2.13, leave the next plain call of eager flex failing in Dynamo).
+``backend="flex"`` raises a plain call's failure instead of falling back.
 """
 
 from __future__ import annotations
@@ -336,14 +336,14 @@ class BlockSparseRingDilatedAttention(DilatedAttentionBase):
     def _forward_flex(self, q, k, v, is_causal: bool) -> torch.Tensor:
         from torch.nn.attention.flex_attention import flex_attention
 
+        blocked = compile_blocked()  # module docstring, "When flex cannot run"
+        if blocked:  # (before the block mask too: create_block_mask compiles for some block sizes)
+            raise ContextError(f"{blocked}, and flex_attention runs only through it")
         n = q.shape[1]
         key = ("flex", n, bool(is_causal), q.device)
         if key not in self._cache:
             self._cache[key] = self._block_mask(n, is_causal, q.device)
         block_mask = self._cache[key]
-        blocked = compile_blocked()  # module docstring, "When flex cannot run"
-        if blocked:
-            raise ContextError(f"{blocked}, and flex_attention runs only through it")
         fn = _compiled_flex() if q.device.type == "cuda" else flex_attention
         qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # strided views: flex reads them as they are
         options = {"kernel_options": dict(self.kernel_options)} if self.kernel_options else {}
