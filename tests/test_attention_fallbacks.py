@@ -250,6 +250,35 @@ def test_block_sparse_under_a_dispatch_mode_falls_back_for_that_call_only(mode: 
     assert torch.equal(again, flex_out)
 
 
+class TransparentOpCounter(OpCounter):
+    """A counting mode that declares itself infrastructure (as perfguard.work's does) and takes
+    higher-order ops: torch.compile runs compiled code under it, and flex reaches it as one op."""
+
+    supports_higher_order_operators = True
+
+    @classmethod
+    def is_infra_mode(cls) -> bool:
+        return True
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            self.ops[f"higher_order::{func.name()}"] += 1
+            return func(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+def test_block_sparse_runs_flex_under_a_mode_transparent_to_torch_compile() -> None:
+    """Where torch.compile does compile (the mode says it is infrastructure) flex runs and is
+    counted: no fallback, no warning."""
+    module, qkv = _block_sparse()
+    with _no_runtime_warning():
+        flex_out = module(*qkv)
+        with TransparentOpCounter() as counter:
+            counted = module(*qkv)
+    assert counter.ops["higher_order::flex_attention"] == 1 and counter.ops["aten::index"] == 0
+    assert torch.equal(counted, flex_out)
+
+
 def test_block_sparse_under_vmap_falls_back_for_that_call_only() -> None:
     """A real failure of flex itself (vmap has no rule for it): the gather path for that call only,
     exact, and flex again on the next plain call."""
