@@ -9,9 +9,12 @@ the merged result, mixture weights included.
 
 PyTorch exposes such kernels only as private aten ops; which ones exist and accept a given
 (device, dtype, head_dim) varies between releases, so every backend here is guarded by a
-capability check, and a backend that raises at run time is switched off for that
-(device type, dtype, head_dim) with a warning and the next one is used.  The ``math`` backend
-always works (any device, dtype and head_dim) and is exact.
+capability check, and a backend that raises at run time falls back to the next one with a
+``RuntimeWarning``: for that call only, or — after two failures in a row in plain calls — for the
+rest of the process for that (device type, dtype, head_dim) (:mod:`attention._fallback` says why;
+a failure under a dispatch mode, graph capture or tracing is never recorded).  A kernel that
+rejects strided views is given contiguous copies under the same rule.  The ``math`` backend always
+works (any device, dtype and head_dim) and is exact.
 
 Layout everywhere: ``q (B, H, Lq, d)``, ``k, v (B, H, Lk, d)``; outputs ``out (B, H, Lq, d)`` in
 q's dtype and ``lse (B, H, Lq)`` in float32 (float64 for float64 inputs).  ``causal`` means
@@ -28,6 +31,7 @@ from typing import Any
 
 import torch
 
+from attention._fallback import ContextError, Fallback, compile_blocked, is_kernel_failure
 from attention._lse import compute_dtype
 
 BACKENDS = ("auto", "cudnn", "flash", "efficient", "cpu_flash", "math", "flex", "flash_attn", "xformers")
@@ -35,9 +39,10 @@ BACKENDS = ("auto", "cudnn", "flash", "efficient", "cpu_flash", "math", "flex", 
 AUTO_ORDER = ("cudnn", "flash", "efficient", "cpu_flash", "math")
 
 _aten = torch.ops.aten
-_disabled: set[tuple[str, str, torch.dtype, int]] = set()
-# kernels that rejected strided views (attention._plan feeds views): given contiguous copies
-_contiguous: set[tuple[str, str, torch.dtype, int]] = set()
+#: kernels switched off, per (name, device type, dtype, head_dim): the next one of the chain runs
+KERNEL_FALLBACK = Fallback()
+#: kernels that rejected strided views (attention._plan feeds views): given contiguous copies
+STRIDES_FALLBACK = Fallback()
 
 
 def _has(op: str) -> bool:
@@ -203,6 +208,9 @@ def _flex_causal_mask(lq: int, lk: int, device: torch.device):
 
 
 def _flex_forward(q, k, v, causal, scale):
+    blocked = compile_blocked()  # as in attention.block_sparse: flex runs only through torch.compile
+    if blocked:
+        raise ContextError(f"{blocked}, and flex_attention runs only through it")
     mask = _flex_causal_mask(q.shape[2], k.shape[2], q.device) if causal else None
     q, k, v = q.detach(), k.detach(), v.detach()  # never differentiated through (CPU flex refuses)
     try:
@@ -294,8 +302,9 @@ _IMPLS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "flash_attn": (_flash_attn_forward, _flash_attn_backward),
     "xformers": (_xformers_forward, _xformers_backward),
 }
-# errors a backend can raise at run time before it is switched off (optional packages change
-# their private signatures between releases: a TypeError there is a failure of that backend)
+# errors a backend can raise at run time before the next one runs (optional packages change
+# their private signatures between releases: a TypeError there is a failure of that backend;
+# an out-of-memory error is a RuntimeError too, and attention._fallback lets it propagate)
 _FAILURES = (RuntimeError, TypeError, NotImplementedError, ImportError)
 
 #: cuDNN's attention takes a call only when both its query and key lengths reach this.  Its
@@ -408,60 +417,69 @@ class KernelSet:
         return (name, self.device.type, self.dtype, self.head_dim)
 
     def _live(self) -> list[str]:
-        return [c for c in self.chain if c == "math" or self._key(c) not in _disabled]
+        return [c for c in self.chain if c == "math" or self._key(c) not in KERNEL_FALLBACK.off]
 
     @property
     def name(self) -> str:
+        """The kernel a plain call runs first (the chain less what is off for the process)."""
         return self._live()[0]
 
-    def _disable(self, name: str, exc: BaseException) -> None:
-        _disabled.add(self._key(name))
-        warnings.warn(
-            f"attention kernel {name!r} failed on {self.device.type} {self.dtype} head_dim {self.head_dim} "
-            f"({type(exc).__name__}: {str(exc)[:200]}); falling back to {self._live()[0]!r}",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    def _describe(self, name: str) -> str:
+        return f"attention kernel {name!r} on {self.device.type} {self.dtype} head_dim {self.head_dim}"
 
-    def _contiguous_only(self, name: str, exc: BaseException) -> None:
-        _contiguous.add(self._key(name))
-        warnings.warn(
-            f"attention kernel {name!r} refused strided views on {self.device.type} {self.dtype} head_dim "
-            f"{self.head_dim} ({type(exc).__name__}: {str(exc)[:200]}); "
-            "copying its inputs to contiguous tensors",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    def _run(
+        self, name: str, key: tuple, phase: str, fn: Callable[..., Any], tensors: tuple, rest: tuple
+    ) -> Any:
+        """``fn(*tensors, *rest)`` on the views as they are, or on contiguous copies when this
+        kernel rejects strides (for this call, or for the process: ``STRIDES_FALLBACK``)."""
+        if key in STRIDES_FALLBACK.off:
+            return fn(*(t.contiguous() for t in tensors), *rest)
+        try:
+            result = fn(*tensors, *rest)
+        except _FAILURES as exc:
+            if isinstance(exc, ContextError) or not is_kernel_failure(exc):
+                raise
+            try:
+                result = fn(*(t.contiguous() for t in tensors), *rest)
+            except _FAILURES as again:
+                if not is_kernel_failure(again):
+                    raise
+                raise exc from None  # fails on copies too: a failure of the kernel, not of strides
+            STRIDES_FALLBACK.failed(
+                key,
+                exc,
+                what=f"{self._describe(name)} on strided views" + (" (backward)" if phase else ""),
+                instead="copying its inputs to contiguous tensors",
+                phase=phase,
+                stacklevel=4,
+            )
+            return result
+        STRIDES_FALLBACK.succeeded(key, phase)
+        return result
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[str, Any]]:
-        """Out and LSE of one call on (possibly strided) views; a kernel that rejects the strides
-        is retried on contiguous copies (and fed copies from then on), one that fails on those
-        too is switched off for this (device, dtype, head_dim)."""
-        for name in self._live():
-            if not _takes(name, q, k):
-                continue
-            copies = self._key(name) in _contiguous
+        """Out and LSE of one call on (possibly strided) views: the first kernel of the chain that
+        takes these shapes and runs; each one that fails falls back to the next
+        (:mod:`attention._fallback` decides for how long)."""
+        live = [name for name in self._live() if _takes(name, q, k)]
+        for i, name in enumerate(live):
+            if name == "math":
+                out, lse, _ = _math_forward(q, k, v, causal, scale)
+                return out, lse, ("math", None)
+            key = self._key(name)
             try:
-                args = (q.contiguous(), k.contiguous(), v.contiguous()) if copies else (q, k, v)
-                out, lse, aux = _IMPLS[name][0](*args, causal, scale)
-                return out, lse, (name, aux)
+                out, lse, aux = self._run(name, key, "", _IMPLS[name][0], (q, k, v), (causal, scale))
             except _FAILURES as exc:
-                if name == "math":
-                    raise
-                if not copies:
-                    try:
-                        out, lse, aux = _IMPLS[name][0](
-                            q.contiguous(), k.contiguous(), v.contiguous(), causal, scale
-                        )
-                    except _FAILURES:
-                        pass
-                    else:
-                        self._contiguous_only(name, exc)
-                        return out, lse, (name, aux)
-                self._disable(name, exc)
-        raise AssertionError("unreachable: math never disabled")
+                nxt = live[i + 1]
+                KERNEL_FALLBACK.failed(
+                    key, exc, what=self._describe(name), instead=f"falling back to {nxt!r}"
+                )
+                continue
+            KERNEL_FALLBACK.succeeded(key)
+            return out, lse, (name, aux)
+        raise AssertionError("unreachable: math is always live")
 
     def backward(
         self,
@@ -475,19 +493,23 @@ class KernelSet:
         causal: bool,
         scale: float,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The gradients of one call, by the backward of the kernel its forward ran (the math
+        backward when that one fails, or is off for the process: exact with any kernel's LSE)."""
         name, inner = aux
-        if name != "math" and self._key(name) not in _disabled:
-            tensors = (dout, q, k, v, out)
-            if self._key(name) in _contiguous:
-                tensors = tuple(t.contiguous() for t in tensors)
+        key = self._key(name)
+        if name != "math" and key not in KERNEL_FALLBACK.off:
+            tensors, rest = (dout, q, k, v, out), (lse, inner, causal, scale)
             try:
-                return _IMPLS[name][1](*tensors, lse, inner, causal, scale)
+                grads = self._run(name, key, "backward", _IMPLS[name][1], tensors, rest)
             except _FAILURES as exc:
-                try:
-                    grads = _IMPLS[name][1](*(t.contiguous() for t in tensors), lse, inner, causal, scale)
-                except _FAILURES:
-                    self._disable(name, exc)
-                else:
-                    self._contiguous_only(name, exc)
-                    return grads
+                KERNEL_FALLBACK.failed(
+                    key,
+                    exc,
+                    what=f"the backward of {self._describe(name)}",
+                    instead="falling back to the math backward",
+                    phase="backward",
+                )
+            else:
+                KERNEL_FALLBACK.succeeded(key, "backward")
+                return grads
         return _math_backward(dout, q, k, v, out, lse, None, causal, scale)

@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from dataclasses import dataclass
 
 import torch
 
+from attention._fallback import Fallback
+
 SLOTS = 8  # parts per Triton launch (the kernel signature has this many part slots)
-_TRITON_FAILED: list[str] = []  # a Triton that cannot compile the kernels: warned once, torch from then on
+#: the Triton merge switched off per device type (a Triton that cannot compile or run the kernels):
+#: torch merges there (attention._fallback: only after two failures in a row in plain calls)
+TRITON_FALLBACK = Fallback()
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ def triton_merge_enabled(t: torch.Tensor, parts: list[Part] = ()) -> bool:
     """Whether the fused Triton merge runs: on CUDA when Triton is importable (``ATTENTION_MERGE``
     unset or ``auto``), never with ``ATTENTION_MERGE=torch``, and on any device with
     ``ATTENTION_MERGE=triton`` (the interpreter on the CPU: tests); never for float64 (exactness
-    runs), nor after the kernel failed once in this process.
+    runs), nor where it is switched off for the process (:data:`TRITON_FALLBACK`).
 
     Its first call per part count compiles (a few seconds; perfguard's rounds keep Triton's cache
     on disk, so a machine pays it once): docs/perf/attention.md, "The Triton merge's compile time".
@@ -74,18 +77,18 @@ def triton_merge_enabled(t: torch.Tensor, parts: list[Part] = ()) -> bool:
     # the kernels read whole rows of head_dim contiguous values and invert nested strides
     return (
         _merge_triton.AVAILABLE
-        and not _TRITON_FAILED
+        and t.device.type not in TRITON_FALLBACK.off
         and all(nested(p) for p in parts)
         and _merge_triton.supported(parts, t.shape[-1])
     )
 
 
-def _triton_failed(exc: Exception) -> None:
-    _TRITON_FAILED.append(repr(exc))
-    warnings.warn(
-        f"the Triton merge kernel failed ({type(exc).__name__}: {str(exc)[:300]}); "
-        "merging with plain torch ops from now on",
-        RuntimeWarning,
+def _triton_failed(dest: torch.Tensor, exc: Exception) -> None:
+    TRITON_FALLBACK.failed(
+        dest.device.type,
+        exc,
+        what=f"the Triton merge kernel on {dest.device.type}",
+        instead="merging with plain torch ops",
         stacklevel=3,
     )
 
@@ -114,9 +117,11 @@ def merge_parts(parts: list[Part], out: torch.Tensor, lse: torch.Tensor) -> None
 
         try:
             merge(parts, out, lse)
-            return
         except Exception as exc:  # a Triton/compiler failure must not make the module unusable
-            _triton_failed(exc)
+            _triton_failed(out, exc)  # merge_torch rewrites every row of out and lse
+        else:
+            TRITON_FALLBACK.succeeded(out.device.type)
+            return
     merge_torch(parts, out, lse)
 
 
@@ -169,9 +174,11 @@ def sum_parts(parts: list[Part], dest: torch.Tensor, *, accumulate: bool = False
 
         try:
             sum_rows(parts, dest, accumulate=accumulate)
+        except Exception as exc:  # as in merge_parts; sum_rows writes dest only in its last launch
+            _triton_failed(dest, exc)
+        else:
+            TRITON_FALLBACK.succeeded(dest.device.type)
             return
-        except Exception as exc:  # as in merge_parts
-            _triton_failed(exc)
     sum_torch(parts, dest, accumulate=accumulate)
 
 

@@ -366,12 +366,22 @@ def merge(parts: list[Part], out: torch.Tensor, lse: torch.Tensor) -> None:
 
 
 def sum_rows(parts: list[Part], dest: torch.Tensor, *, accumulate: bool) -> None:
-    """Triton ``dest = (dest if accumulate else 0) + Σ parts`` (float32 sums, one write per row)."""
+    """Triton ``dest = (dest if accumulate else 0) + Σ parts`` (float32 sums, one write per row).
+
+    With several launch groups, ``dest`` is written by the last one only (the earlier ones sum into
+    a float32 buffer): a group of a new part count compiles at its first launch, so a failure there
+    leaves ``dest`` as it was, and the torch fallback (:func:`attention._merge.sum_parts`) never
+    adds a group twice.
+    """
     groups = [parts[i : i + SLOTS] for i in range(0, len(parts), SLOTS)] or [[]]
-    target = dest
-    if len(groups) > 1 and dest.dtype != torch.float32:
+    if len(groups) > 1 and dest.dtype != torch.float32:  # sum in float32, round once
         target = dest.float() if accumulate else torch.empty_like(dest, dtype=torch.float32)
-    for i, group in enumerate(groups):
-        _run(group, target, None, target if accumulate or i > 0 else None, None)
-    if target is not dest:
+        for i, group in enumerate(groups):
+            _run(group, target, None, target if accumulate or i > 0 else None, None)
         dest.copy_(target)
+        return
+    prior = dest if accumulate else None
+    for i, group in enumerate(groups):
+        target = dest if i == len(groups) - 1 else (prior if i > 0 else torch.empty_like(dest))
+        _run(group, target, None, prior, None)
+        prior = target

@@ -45,18 +45,27 @@ gathered and attended with one masked softmax that returns its log-sum-exp, and 
 merged by log-sum-exp, so the intermediates are O(n·K/nb / ring_size).  Plain autograd: exact
 gradients.  Sequence lengths that are not multiples of ``block_size`` work (padded keys are
 masked, padded queries dropped).  Single device only (no sequence-parallel ranks).
+
+**When flex cannot run.**  A call whose flex raises runs the gather path, with a
+``RuntimeWarning`` that says for how long: for that call only, or — after failing in two plain
+calls in a row — for the rest of the process for that (device, dtype, head_dim).  A failure under
+a dispatch mode (``FlopCounterMode``, a counting ``TorchDispatchMode``), graph capture, tracing or
+a ``torch.func`` transform is never recorded (:mod:`attention._fallback`).  Under a dispatch mode
+that ``torch.compile`` skips flex is not even tried: its eager reference would hold every score in
+memory (and, in torch 2.13, leave the next plain call of eager flex failing in Dynamo).
+``backend="flex"`` raises a plain call's failure instead of falling back.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 
 import torch
 
 from attention._base import DilatedAttentionBase
+from attention._fallback import ContextError, Fallback, calling_context, compile_blocked
 from attention._lse import attention_with_lse, merge_stacked
 from attention._plan import split_lengths
 
@@ -291,18 +300,21 @@ class BlockSparseRingDilatedAttention(DilatedAttentionBase):
         d = self._check_inputs(q, k, v)[3]
         dropout_p = self._dropout_p()
         if self._use_flex(q, dropout_p):
+            key = (q.device.type, q.dtype, d)
             try:
-                return self._forward_flex(q, k, v, is_causal)
+                out = self._forward_flex(q, k, v, is_causal)
             except Exception as exc:  # a compiler/kernel failure must not make the module unusable
-                if self.backend == "flex":
-                    raise
-                _FLEX_BROKEN.add((q.device.type, q.dtype, d))
-                warnings.warn(
-                    f"flex_attention failed on {q.device.type} {q.dtype} head_dim {d} "
-                    f"({type(exc).__name__}: {str(exc)[:200]}); using the gather path",
-                    RuntimeWarning,
-                    stacklevel=2,
+                if self.backend == "flex" and calling_context() is None:
+                    raise  # asked for by name: only a context that flex cannot run in falls back
+                FLEX_FALLBACK.failed(
+                    key,
+                    exc,
+                    what=f"flex_attention on {q.device.type} {q.dtype} head_dim {d}",
+                    instead="block-sparse attention runs its gather path",
                 )
+            else:
+                FLEX_FALLBACK.succeeded(key)
+                return out
         return self._forward_gather(q, k, v, is_causal, dropout_p)
 
     def _use_flex(self, q: torch.Tensor, dropout_p: float) -> bool:
@@ -318,12 +330,15 @@ class BlockSparseRingDilatedAttention(DilatedAttentionBase):
             and dropout_p == 0.0
             and d >= 16
             and d & (d - 1) == 0
-            and (q.device.type, q.dtype, d) not in _FLEX_BROKEN
+            and (q.device.type, q.dtype, d) not in FLEX_FALLBACK.off
         )
 
     def _forward_flex(self, q, k, v, is_causal: bool) -> torch.Tensor:
         from torch.nn.attention.flex_attention import flex_attention
 
+        blocked = compile_blocked()  # module docstring, "When flex cannot run"
+        if blocked:  # (before the block mask too: create_block_mask compiles for some block sizes)
+            raise ContextError(f"{blocked}, and flex_attention runs only through it")
         n = q.shape[1]
         key = ("flex", n, bool(is_causal), q.device)
         if key not in self._cache:
@@ -468,7 +483,8 @@ class _LRU(OrderedDict):
             self.popitem(last=False)
 
 
-_FLEX_BROKEN: set[tuple[str, torch.dtype, int]] = set()
+#: flex_attention switched off per (device type, dtype, head_dim): the gather path runs there
+FLEX_FALLBACK = Fallback()
 _FLEX_TILE = 128  # FlexAttention's block-mask granularity
 _COMPILED = None
 

@@ -286,6 +286,13 @@ grad_parts = [merge_mod.Part(p.values, None, p.offset, p.sizes, p.strides) for p
 mt.sum_rows(grad_parts, g_t, accumulate=False)
 sum_torch(grad_parts, g_p)
 torch.testing.assert_close(g_t, g_p)
+# on top of what the destination holds (the ring's dq, dk, dv), float32 and bfloat16
+for dtype in (torch.float32, torch.bfloat16):
+    held = torch.randn(1, 60, 1, 8, generator=gen).to(dtype)
+    g_t, g_p = held.clone(), held.clone()
+    mt.sum_rows(grad_parts, g_t, accumulate=True)
+    sum_torch(grad_parts, g_p, accumulate=True)
+    torch.testing.assert_close(g_t, g_p)
 # an LSE laid out unlike its values' rows (FlashAttention-2 returns (B, H, L) under (B, L, H, d)
 # values) and values with gaps between their rows
 gen = torch.Generator().manual_seed(3)

@@ -169,7 +169,7 @@ def test_a_kernel_that_falls_back_at_its_first_call_is_skipped_not_timed(
             measured.pass_("forward").first()
     finally:
         passes.release()
-        _kernels._disabled.discard(key)  # the engine's switch is per process: leave none behind
+        _kernels.KERNEL_FALLBACK.off.discard(key)  # the engine's switch is per process: leave none behind
 
 
 def _plan(tmp_path: Path, exclude: list[str]) -> list[str]:
