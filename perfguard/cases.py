@@ -250,9 +250,10 @@ def first_call_of(case: Case, fn: Callable[[], Any]) -> None:
     """:func:`first_call`; for a case on a named kernel, also that the kernel is the one that ran.
 
     A kernel that passes ``attention``'s capability checks can still fail at run time; the engine
-    then switches it off for this (device, dtype, head_dim) and runs the next one with a
-    ``RuntimeWarning``.  A time taken after that would be another kernel's under this one's name,
-    so the case is skipped instead, with the engine's message as the reason.
+    then runs the next one with a ``RuntimeWarning`` (for that call, or for the rest of the process
+    once the failure repeats: docs/attention.md, "Fallbacks").  A time taken after that could be
+    another kernel's under this one's name, so the case is skipped instead, with the engine's
+    message as the reason, whether the fallback lasts one call or the process.
     """
     if case.backend is None:
         first_call(fn, case.device)
@@ -270,8 +271,9 @@ def first_call_of(case: Case, fn: Callable[[], Any]) -> None:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     head_dim = int(case.config.get("head_dim", 0))
     running = KernelSet(torch.device(case.device), DTYPES[case.dtype], head_dim, case.backend).name
-    if running != case.backend:
+    if said or running != case.backend:
         raise Unsupported(
-            f"the {case.backend} kernel failed here at run time and {case.impl} fell back to {running}"
+            f"the {case.backend} kernel failed here at run time and {case.impl} fell back"
+            + (f" to {running}" if running != case.backend else "")
             + (f": {said}" if said else "")
         )

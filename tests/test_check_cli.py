@@ -275,6 +275,10 @@ def main_flow(repo: Path, db: str, tmp_path: Path) -> None:
     underneath = document["summary"]["underneath"]
     (table,) = [t for t in underneath if t["impl"] == "dilated" and t["kind"] == "aten ops"]
     assert table["rows"] and all(r["head_count"] == 2 * r["base_count"] for r in table["rows"])
+    # the timed path of dilated's forward changed (its aten op multiset), improved's did not (issue 26)
+    paths = document["summary"]["paths"]
+    assert {(p["impl"], p["benchmark"].split(".")[-2]) for p in paths} == {("dilated", "Forward")}, paths
+    assert "runs its aten ops a different number of times" in (tmp_path / "double.md").read_text()
     assert "baseline" in slow.stderr and "using 3 stored round(s)" in slow.stderr  # main was reused
     assert_progress_reaches_total(slow.stderr)  # HEAD's rounds, and a re-measurement's if any
     assert "dilated" in slow.stdout and "regression" in slow.stdout

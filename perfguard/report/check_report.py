@@ -260,9 +260,14 @@ class CheckReport:
             if varies:
                 out.append(f"{where}: the {' and '.join(varies)} rounds ran different code paths")
                 continue
-            removed = ", ".join(str(n) for n in e.get("removed") or []) or "–"
-            added = ", ".join(str(n) for n in e.get("added") or []) or "–"
-            out.append(f"{where} runs another code path ({e.get('kind')}): {removed} → {added}")
+            removed = ", ".join(str(n) for n in e.get("removed") or [])
+            added = ", ".join(str(n) for n in e.get("added") or [])
+            if removed or added:
+                out.append(
+                    f"{where} runs another code path ({e.get('kind')}): {removed or '–'} → {added or '–'}"
+                )
+            else:
+                out.append(f"{where} runs its {e.get('kind')} a different number of times")
         if len(entries) > PATHS_SHOWN:
             out.append(f"{len(entries) - PATHS_SHOWN} more code-path changes (JSON report)")
         return out
