@@ -111,6 +111,12 @@ def run_check(
             f"HEAD is the merge-base of {baseline_ref} and HEAD: checking the commit against itself "
             "(an A/A check; HEAD is measured again)"
         )
+    elif bench.trusted:
+        bench.distrust_rounds(
+            f"HEAD {head.commit.sha[:10]} is not on {baseline_ref} (code not merged there runs in this "
+            "check): every round it measures, the baseline's too, is stored untrusted, never a baseline "
+            "(docs/ci.md, 'Trust model')"
+        )
     # 1. baselines first, before any code under review runs; only trusted runs are baselines
     base_stored = bench.stored_rounds(base_sha, trusted_only=True)
     head_stored = [] if (fresh or same_commit) else bench.stored_rounds(head.commit.sha, store=bench.store)
@@ -531,7 +537,7 @@ def _record(
             "dirty": head.commit.dirty,
             "bench": list(bench.bench),
             "seconds": round(seconds, 1),
-            "trust": "trusted" if bench.trusted else "untrusted",
+            "trust": "trusted" if bench.rounds_trusted else "untrusted",
             "underneath": underneath,
             "acceptances": acceptances,
         },

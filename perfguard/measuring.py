@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from perfguard.profiles import Profile
     from perfguard.rounds import Progress, Round, RoundRunner, Target
     from perfguard.store import CommitRecord, MachineRecord, ResultRecord, RunRecord, Store, StoredResult
+    from perfguard.tree_state import TreeState
 
 
 class Reporter(Protocol):
@@ -77,6 +78,9 @@ class Side:
     commit: CommitRecord
     target: Target
     label: str  # "baseline 1a2b3c4d5e" / "HEAD 9f8e7d6c5b+dirty"
+    # its tree as recorded when the side was made; every round of it is checked against it
+    # (:mod:`perfguard.tree_state`).  None: nothing checks it (a tree only perfguard's code runs in)
+    tree: TreeState | None = None
 
 
 @dataclass
@@ -99,8 +103,14 @@ class Bench:
     # history-only benchmarks for a check, calibrate or bisect without --bench (suite.HISTORY_ONLY)
     exclude: tuple[str, ...] = ()
     wrote: bool = False  # whether this invocation has stored anything yet (for interrupt messages)
+    # Whether the rounds this invocation stores are trusted runs (baselines): ``trusted``, unless
+    # code that is not on the baseline branch runs in it (:meth:`distrust_rounds`).
+    rounds_trusted: bool = True
     stack: ExitStack = field(default_factory=ExitStack)
-    _worktrees: dict[str, Path] = field(default_factory=dict)
+    _worktrees: dict[str, tuple[Path, TreeState]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.rounds_trusted = self.rounds_trusted and self.trusted
 
     @property
     def machine_record(self) -> MachineRecord:
@@ -125,25 +135,52 @@ class Bench:
     # --- sides ---------------------------------------------------------------------------------
 
     def head_side(self, tree: WorkTree) -> Side:
-        """HEAD (plus uncommitted changes when the tree is dirty), measured in the work tree itself."""
+        """HEAD (plus uncommitted changes when the tree is dirty), measured in the work tree itself.
+
+        Its files are recorded now (not the git-ignored ones: the user's virtualenv, caches, the
+        store); a round after which they differ stops the measurement (:meth:`measure`).
+        """
         from perfguard.gitrepo import current_branch
         from perfguard.rounds import Target
+        from perfguard.tree_state import TreeState
 
         return Side(
             commit_record(self.root, tree.head, dirty_hash=tree.dirty_hash, branch=current_branch(self.root)),
             Target(tree.head, self.root),
             f"HEAD {tree.key[:10]}{'+dirty' if tree.dirty else ''}",
+            TreeState.record(self.root, ignored=False, exclude=self.store_files),
         )
 
     def commit_side(self, sha: str, label: str, *, branch: str | None = None) -> Side:
-        """A commit measured in a git worktree of its own (created now, removed when done)."""
+        """A commit measured in a git worktree of its own (created now, removed when done).
+
+        The worktree is made read-only and its files (ignored ones too: nothing but perfguard
+        writes there) are recorded when it is created; a round after which they differ stops the
+        measurement (:meth:`measure`).
+        """
         from perfguard.gitrepo import checkout
         from perfguard.rounds import Target
+        from perfguard.tree_state import TreeState, make_read_only
 
-        source = self._worktrees.get(sha)
-        if source is None:
-            source = self._worktrees[sha] = self.stack.enter_context(checkout(self.root, sha, self.work_dir))
-        return Side(commit_record(self.root, sha, branch=branch), Target(sha, source), f"{label} {sha[:10]}")
+        made = self._worktrees.get(sha)
+        if made is None:
+            source = self.stack.enter_context(checkout(self.root, sha, self.work_dir))
+            make_read_only(source)
+            made = self._worktrees[sha] = (source, TreeState.record(source, ignored=True))
+        source, state = made
+        return Side(
+            commit_record(self.root, sha, branch=branch), Target(sha, source), f"{label} {sha[:10]}", state
+        )
+
+    def distrust_rounds(self, why: str) -> None:
+        """Store every round of this invocation as untrusted (never a baseline), and compile in the
+        untrusted caches: code that is not on the baseline branch runs in it (docs/ci.md, "Trust
+        model").  ``why`` is said once."""
+        if not self.rounds_trusted:
+            return
+        self.rounds_trusted = False
+        self.runner.trust = "untrusted"
+        self.say(why)
 
     # --- measuring -----------------------------------------------------------------------------
 
@@ -164,7 +201,7 @@ class Bench:
             "processes": round_.processes,
             "world_size": round_.ranks,  # ranks of a distributed round (also in the machine key)
             "cost": dict(round_.seconds),  # where this round's time went (docs/perf/round_cost.py)
-            "trust": "trusted" if self.trusted else "untrusted",
+            "trust": "trusted" if self.rounds_trusted else "untrusted",
         }
 
     def run_record(
@@ -183,7 +220,7 @@ class Bench:
             started_at=round_.started_at,
             finished_at=round_.finished_at,
             results=list(results),
-            trusted=self.trusted,
+            trusted=self.rounds_trusted,
         )
 
     def measure(
@@ -199,6 +236,8 @@ class Bench:
 
         Returns one list of run records per side, in round order.  Nothing is stored here.
         ``profile``: benchmarks whose cases also get a profiler breakdown (first round of each side).
+        After every round each side's tree is compared with its recorded state: one that changed
+        raises :class:`perfguard.tree_state.TreeChanged` (exit 2) before anything of it is returned.
         """
         selection = tuple(bench) if bench is not None else self.bench
         records: list[list[RunRecord]] = [[] for _ in sides]
@@ -215,6 +254,9 @@ class Bench:
                     exclude=self.exclude if bench is None else (),
                 )
                 self.say(_round_line(side, index, rounds, round_))
+                for each in sides:
+                    if each.tree is not None:
+                        each.tree.verify(each.label)
                 records[s].append(self.run_record(round_, purpose, index, round_.results))
         return records
 
