@@ -472,16 +472,26 @@ def _ranks(profile: Profile, machine: Fingerprint) -> int:
 
 
 def _open_baselines_read_only(db_url: str | None, root: Path, reporter: Reporter) -> Store | None:
-    """The history store, read-only, for an untrusted bench; None when it does not exist yet.
+    """The history store, read-only, for an untrusted bench; None when there is none to read.
 
     A runner whose baseline snapshot was never published has no baselines: the check then measures
-    the merge-base itself, into its own results store (it never becomes a baseline).
+    the merge-base itself, into its own results store (it never becomes a baseline).  Without
+    ``--db`` / ``PERFGUARD_DB`` there is none either: the default store lies inside the work tree
+    under review, where the pull request's commit (a force-added ``.perfguard/history.db``) or its
+    code (run by ``perfguard verify`` before this check) can have put one (docs/ci.md, "Trust
+    model").
     """
     from perfguard.store import Store
     from perfguard.store.url import resolve
 
     url = resolve(db_url, cwd=root)
     path = url.sqlite_path
+    if url.is_default:
+        reporter.say(
+            f"no history store given (--db or PERFGUARD_DB): an untrusted check never reads {path}, inside "
+            "the work tree under review; the baseline is measured here, kept with the results"
+        )
+        return None
     if path is not None and not path.exists():
         reporter.say(f"no history store at {path} yet: the baseline is measured here, kept with the results")
         return None
