@@ -415,6 +415,7 @@ def open_bench(
             store = baseline_store = Store.open(db_url, cwd=root)
             opened.callback(store.close)
         else:
+            _refuse_one_store(db_url, results_db_url, root)
             baseline_store = _open_baselines_read_only(db_url, root, reporter)
             if baseline_store is not None:
                 opened.callback(baseline_store.close)
@@ -469,6 +470,25 @@ def _ranks(profile: Profile, machine: Fingerprint) -> int:
         raise UsageError(
             str(exc), hint=f"unset ${profiles.RANKS_ENV} or set it to a number that fits"
         ) from None
+
+
+def _refuse_one_store(db_url: str | None, results_db_url: str | None, root: Path) -> None:
+    """An untrusted bench's results store must not be the history store it reads baselines from.
+
+    The same database for both (``--results-db X --db X``) would put the runs of code under review
+    into the history store, from a context that must not be able to write it: exit 2.
+    """
+    from perfguard.store import resolve, resolve_results
+    from perfguard.store.url import same_store
+
+    history, results = resolve(db_url, cwd=root), resolve_results(results_db_url, cwd=root)
+    if same_store(history, results):
+        raise UsageError(
+            f"--results-db and --db name the same store ({results.masked}): an untrusted run or check "
+            "writes its results apart from the history store it reads baselines from",
+            hint="pass a --results-db (or PERFGUARD_RESULTS_DB) of its own, e.g. sqlite:///results.db "
+            "outside the work tree",
+        )
 
 
 def _open_baselines_read_only(db_url: str | None, root: Path, reporter: Reporter) -> Store | None:

@@ -80,6 +80,21 @@ SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 """The files SQLite keeps next to a database (write-ahead log, its index, rollback journal)."""
 
 
+def same_store(a: StoreURL, b: StoreURL) -> bool:
+    """Whether two URLs name one database: the same SQLite file (whatever the path's spelling), or the
+    same PostgreSQL database on the same server (whatever the role: a read-only role and the full
+    one reach the same tables)."""
+    if a.dialect != b.dialect:
+        return False
+    if a.dialect == "sqlite":
+        pa, pb = a.sqlite_path, b.sqlite_path
+        if pa is None or pb is None:
+            return False  # in-memory databases are never shared; a URI form is not compared
+        return os.path.realpath(pa) == os.path.realpath(pb)
+    where = (a.url.host or "localhost", a.url.port or 5432, a.url.database)
+    return where == (b.url.host or "localhost", b.url.port or 5432, b.url.database)
+
+
 def refuse_tracked(store_url: StoreURL) -> None:
     """Raise :class:`StoreError` when git tracks a file of this SQLite store.
 
