@@ -159,6 +159,7 @@ def run(
     rounds are untrusted runs, stored in ``results_db``; the history store is not written.
     """
     from perfguard.gitrepo import rev_parse, work_tree
+    from perfguard.tree_state import describe
 
     with _bench(
         reporter, profile_name=profile, bench_regex=bench, db_url=db, trusted=not untrusted,
@@ -170,7 +171,7 @@ def run(
             side = b.head_side(tree)
             if tree.dirty:
                 b.say(
-                    f"the work tree has uncommitted changes ({len(tree.changed)} files): measuring HEAD "
+                    f"the work tree has uncommitted changes ({describe(tree.changed)}): measuring HEAD "
                     f"plus changes, stored as {side.commit.sha}"
                 )
         else:
@@ -305,7 +306,9 @@ def report(
             rendered.html = render_html(stored, store=store) if html else None
             rendered.json = check_to_json(stored, store=store) if json else None
         if out_dir is not None:
-            rendered.site = build_site(store, out_dir)
+            from perfguard.output_paths import output_path
+
+            rendered.site = build_site(store, output_path(out_dir, directory=True))
     return rendered
 
 

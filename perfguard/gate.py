@@ -90,6 +90,7 @@ def run_check(
     """
     from perfguard.accept import apply_acceptances, find_acceptances
     from perfguard.gitrepo import merge_base, rev_parse, work_tree
+    from perfguard.tree_state import describe
 
     if verify_report is not None and not verify:
         raise UsageError("--verify-report and --no-verify contradict each other", hint="pass one of them")
@@ -102,7 +103,7 @@ def run_check(
     head = bench.head_side(tree)
     if tree.dirty:
         bench.say(
-            f"the work tree has uncommitted changes ({len(tree.changed)} files): HEAD is measured "
+            f"the work tree has uncommitted changes ({describe(tree.changed)}): HEAD is measured "
             f"with them, as {head.commit.sha}"
         )
     same_commit = base_sha == tree.head and not tree.dirty
@@ -554,8 +555,10 @@ def _record(
 def write_reports(
     bench: Bench, stored: Any, *, markdown: Path | None, html: Path | None, json_path: Path | None
 ) -> list[Path]:
-    """The check's reports, rendered from the stored check; returns the paths written."""
+    """The check's reports, rendered from the stored check; returns the paths written (a path inside
+    the work tree goes under ``.perfguard/reports/``: :func:`perfguard.output_paths.output_path`)."""
     from perfguard.files import write_atomic
+    from perfguard.output_paths import output_path
     from perfguard.report import check_to_json, render_html, render_markdown
 
     written = []
@@ -566,6 +569,5 @@ def write_reports(
     ):
         if path is None:
             continue
-        write_atomic(path, render())
-        written.append(path)
+        written.append(write_atomic(output_path(path), render()))
     return written

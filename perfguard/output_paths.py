@@ -5,12 +5,14 @@ A work tree with an untracked file is not a commit: ``perfguard check`` measures
 into the repository (``--html pr.html``, as the README used to suggest) made the next check measure
 everything again (issue 27, item 10: 5 min 33 s instead of 3 min 28 s).
 
-The rule: an output path inside a git work tree that git would see (not ignored) is written under
-``.perfguard/reports/`` of that work tree instead, at the same relative path (``pr.html`` ->
-``.perfguard/reports/pr.html``), and the command says where it wrote.  Paths outside any work tree,
-and ignored ones (``site/`` where ``.gitignore`` says so, anything under ``.perfguard/``), are
-written as given.  ``.perfguard/`` ignores itself (a ``.gitignore`` of ``*`` in it, as pytest does
-for its cache), so this holds in repositories whose ``.gitignore`` does not name it.
+The rule: an output path inside a git work tree that would be a new, untracked file there (not
+ignored, not tracked) is written under ``.perfguard/reports/`` of that work tree instead, at the same
+relative path (``pr.html`` -> ``.perfguard/reports/pr.html``), and the command says where it wrote.
+Paths outside any work tree, ignored ones (``site/`` where ``.gitignore`` says so, anything under
+``.perfguard/``) and tracked ones are written as given: a tracked file is named on purpose, to be
+updated and committed (``perfguard calibrate --markdown docs/perf/calibration.md``).
+``.perfguard/`` ignores itself (a ``.gitignore`` of ``*`` in it, as pytest does for its cache), so
+this holds in repositories whose ``.gitignore`` does not name it.
 
 Why not leave the files where they were asked for and stop counting them as changes: a list of
 "files perfguard wrote" would live in the work tree too, where code under review (which a check runs)
@@ -42,7 +44,7 @@ def output_path(path: Path, *, directory: bool = False) -> Path:
     relative = _relative_to(target, top)
     if relative is None or not relative.parts or relative.parts[0] == ".git":
         return path
-    if _ignored(top, relative, directory=directory):
+    if _ignored(top, relative, directory=directory) or _tracked(top, relative):
         return path
     _ignore_itself(top / REPORTS_DIR.parent)
     return top / REPORTS_DIR / relative
@@ -78,6 +80,12 @@ def _ignored(top: Path, relative: Path, *, directory: bool) -> bool:
     name = relative.as_posix() + ("/" if directory else "")
     proc = _git(top, "check-ignore", "-q", "--", name)
     return proc is not None and proc.returncode == 0
+
+
+def _tracked(top: Path, relative: Path) -> bool:
+    """Whether git tracks ``relative`` in the work tree ``top`` (a directory: any file under it)."""
+    proc = _git(top, "ls-files", "-z", "--", relative.as_posix())
+    return proc is not None and proc.returncode == 0 and bool(proc.stdout.strip("\x00"))
 
 
 def _ignore_itself(directory: Path) -> None:

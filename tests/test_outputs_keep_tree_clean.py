@@ -55,3 +55,13 @@ def test_reports_in_the_repository_leave_it_clean_and_the_next_check_reuses_head
     dirty = perfguard(repo, "check", "--baseline", "main", *ARGS, db=db)
     assert dirty.returncode == 1, dirty.stdout + dirty.stderr
     assert "the work tree has uncommitted changes (1 file: notes.txt)" in dirty.stderr
+
+    # a tracked file is named on purpose (to be updated and committed): written where asked
+    (repo / "notes.txt").unlink()
+    (repo / "docs" / "series.json").write_text("{}\n")
+    git(repo, "add", "docs/series.json")
+    git(repo, "commit", "-qm", "a tracked report")
+    tracked = perfguard(repo, "history", "--json", "docs/series.json", db=db)
+    assert tracked.returncode == 0, tracked.stdout + tracked.stderr
+    assert json.loads((repo / "docs" / "series.json").read_text())["series"]
+    assert git(repo, "status", "--porcelain") == "M docs/series.json"
