@@ -9,7 +9,9 @@
    measure), or the report ``verify_report`` names: an implementation that fails is ``broken``.
 3. Whatever is not stored yet for either side is measured now (a commit in a temporary git
    worktree, HEAD in the work tree), both sides interleaved A B B A …, and stored (one transaction
-   per side; an untrusted check stores in its own results store).
+   per side; an untrusted check stores in its own results store).  Each side's files are compared
+   with their recorded state after every round (a change: exit 2, nothing stored); a check whose
+   HEAD is not on the baseline branch stores every round untrusted (docs/ci.md, "Trust model").
 4. A gated baseline benchmark that failed in a stored round (a killed or crashed round) is
    re-measured; if it still fails the check fails closed (exit 2 naming it): a broken baseline
    never ungates a benchmark.  A reported one (the per-kernel times) gates nothing: it stays
