@@ -147,6 +147,8 @@ def run(
     bench: str | None = None,
     rounds: int | None = None,
     db: str | None = None,
+    untrusted: bool = False,
+    results_db: str | None = None,
     reporter: Reporter | None = None,
     cwd: Path | None = None,
 ) -> RunOutcome:
@@ -154,17 +156,23 @@ def run(
 
     HEAD is measured in the work tree itself (with uncommitted changes: stored as
     ``<sha>+dirty.<hash>``, never a baseline); any other commit in a temporary git worktree.
+    ``untrusted`` (the command: ``--untrusted`` or ``PERFGUARD_UNTRUSTED=1``), as for ``check``: the
+    rounds are untrusted runs, stored in ``results_db``; the history store is not written.
     """
     from perfguard.gitrepo import rev_parse, work_tree
+    from perfguard.tree_state import describe
 
-    with _bench(reporter, profile_name=profile, bench_regex=bench, db_url=db, cwd=cwd) as b:
+    with _bench(
+        reporter, profile_name=profile, bench_regex=bench, db_url=db, trusted=not untrusted,
+        results_db_url=results_db, cwd=cwd,
+    ) as b:  # fmt: skip
         tree = work_tree(b.root, ignore=b.store_files)
         sha = rev_parse(b.root, commit)
         if sha == tree.head:
             side = b.head_side(tree)
             if tree.dirty:
                 b.say(
-                    f"the work tree has uncommitted changes ({len(tree.changed)} files): measuring HEAD "
+                    f"the work tree has uncommitted changes ({describe(tree.changed)}): measuring HEAD "
                     f"plus changes, stored as {side.commit.sha}"
                 )
         else:
@@ -172,7 +180,8 @@ def run(
         n = rounds or b.config.rounds
         [runs] = b.measure([side], "run", n)
         b.store_runs(side, runs)
-        b.say(f"stored {n} round(s) of {side.label} for machine key {b.machine.key!r} in {b.store.url}")
+        kind = "" if b.rounds_trusted else " as untrusted runs (never a baseline)"
+        b.say(f"stored {n} round(s) of {side.label}{kind} for machine key {b.machine.key!r} in {b.store.url}")
         return RunOutcome(side.label, side.commit.sha, b.machine.key, b.store.url, runs)
 
 
@@ -321,7 +330,9 @@ def report(
             rendered.html = render_html(stored, store=store) if html else None
             rendered.json = check_to_json(stored, store=store) if json else None
         if out_dir is not None:
-            rendered.site = build_site(store, out_dir)
+            from perfguard.output_paths import output_path
+
+            rendered.site = build_site(store, output_path(out_dir, directory=True))
     return rendered
 
 

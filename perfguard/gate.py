@@ -9,7 +9,9 @@
    measure), or the report ``verify_report`` names: an implementation that fails is ``broken``.
 3. Whatever is not stored yet for either side is measured now (a commit in a temporary git
    worktree, HEAD in the work tree), both sides interleaved A B B A …, and stored (one transaction
-   per side; an untrusted check stores in its own results store).
+   per side; an untrusted check stores in its own results store).  Each side's files are compared
+   with their recorded state after every round (a change: exit 2, nothing stored); a check whose
+   HEAD is not on the baseline branch stores every round untrusted (docs/ci.md, "Trust model").
 4. A gated baseline benchmark that failed in a stored round (a killed or crashed round) is
    re-measured; if it still fails the check fails closed (exit 2 naming it): a broken baseline
    never ungates a benchmark.  A reported one (the per-kernel times) gates nothing: it stays
@@ -90,6 +92,7 @@ def run_check(
     """
     from perfguard.accept import apply_acceptances, find_acceptances
     from perfguard.gitrepo import merge_base, rev_parse, work_tree
+    from perfguard.tree_state import describe
 
     if verify_report is not None and not verify:
         raise UsageError("--verify-report and --no-verify contradict each other", hint="pass one of them")
@@ -102,7 +105,7 @@ def run_check(
     head = bench.head_side(tree)
     if tree.dirty:
         bench.say(
-            f"the work tree has uncommitted changes ({len(tree.changed)} files): HEAD is measured "
+            f"the work tree has uncommitted changes ({describe(tree.changed)}): HEAD is measured "
             f"with them, as {head.commit.sha}"
         )
     same_commit = base_sha == tree.head and not tree.dirty
@@ -110,6 +113,12 @@ def run_check(
         bench.say(
             f"HEAD is the merge-base of {baseline_ref} and HEAD: checking the commit against itself "
             "(an A/A check; HEAD is measured again)"
+        )
+    elif bench.trusted:
+        bench.distrust_rounds(
+            f"HEAD {head.commit.sha[:10]} is not on {baseline_ref} (code not merged there runs in this "
+            "check): every round it measures, the baseline's too, is stored untrusted, never a baseline "
+            "(docs/ci.md, 'Trust model')"
         )
     # 1. baselines first, before any code under review runs; only trusted runs are baselines
     base_stored = bench.stored_rounds(base_sha, trusted_only=True)
@@ -532,7 +541,7 @@ def _record(
             "dirty": head.commit.dirty,
             "bench": list(bench.bench),
             "seconds": round(seconds, 1),
-            "trust": "trusted" if bench.trusted else "untrusted",
+            "trust": "trusted" if bench.rounds_trusted else "untrusted",
             "underneath": underneath,
             "acceptances": acceptances,
             "paths": path_changes(base_rounds, head_rounds),
@@ -550,8 +559,10 @@ def _record(
 def write_reports(
     bench: Bench, stored: Any, *, markdown: Path | None, html: Path | None, json_path: Path | None
 ) -> list[Path]:
-    """The check's reports, rendered from the stored check; returns the paths written."""
+    """The check's reports, rendered from the stored check; returns the paths written (a path inside
+    the work tree goes under ``.perfguard/reports/``: :func:`perfguard.output_paths.output_path`)."""
     from perfguard.files import write_atomic
+    from perfguard.output_paths import output_path
     from perfguard.report import check_to_json, render_html, render_markdown
 
     written = []
@@ -562,6 +573,5 @@ def write_reports(
     ):
         if path is None:
             continue
-        write_atomic(path, render())
-        written.append(path)
+        written.append(write_atomic(output_path(path), render()))
     return written

@@ -35,7 +35,9 @@ from pathlib import Path
 
 from perfguard.errors import GitError
 
-_ENV = {"LC_ALL": "C", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
+# GIT_NO_REPLACE_OBJECTS: a commit is read as it is; a `git replace` ref (which code under review
+# can create in the repository) never substitutes the merge-base's files in its worktree.
+_ENV = {"LC_ALL": "C", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0", "GIT_NO_REPLACE_OBJECTS": "1"}
 
 
 def git(root: Path, *args: str, check: bool = True, binary: bool = False) -> str | bytes:

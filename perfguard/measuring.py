@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from perfguard.profiles import Profile
     from perfguard.rounds import Progress, Round, RoundRunner, Target
     from perfguard.store import CommitRecord, MachineRecord, ResultRecord, RunRecord, Store, StoredResult
+    from perfguard.tree_state import TreeState
 
 
 class Reporter(Protocol):
@@ -77,6 +78,9 @@ class Side:
     commit: CommitRecord
     target: Target
     label: str  # "baseline 1a2b3c4d5e" / "HEAD 9f8e7d6c5b+dirty"
+    # its tree as recorded when the side was made; every round of it is checked against it
+    # (:mod:`perfguard.tree_state`).  None: nothing checks it (a tree only perfguard's code runs in)
+    tree: TreeState | None = None
 
 
 @dataclass
@@ -99,8 +103,14 @@ class Bench:
     # history-only benchmarks for a check, calibrate or bisect without --bench (suite.HISTORY_ONLY)
     exclude: tuple[str, ...] = ()
     wrote: bool = False  # whether this invocation has stored anything yet (for interrupt messages)
+    # Whether the rounds this invocation stores are trusted runs (baselines): ``trusted``, unless
+    # code that is not on the baseline branch runs in it (:meth:`distrust_rounds`).
+    rounds_trusted: bool = True
     stack: ExitStack = field(default_factory=ExitStack)
-    _worktrees: dict[str, Path] = field(default_factory=dict)
+    _worktrees: dict[str, tuple[Path, TreeState]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.rounds_trusted = self.rounds_trusted and self.trusted
 
     @property
     def machine_record(self) -> MachineRecord:
@@ -125,25 +135,52 @@ class Bench:
     # --- sides ---------------------------------------------------------------------------------
 
     def head_side(self, tree: WorkTree) -> Side:
-        """HEAD (plus uncommitted changes when the tree is dirty), measured in the work tree itself."""
+        """HEAD (plus uncommitted changes when the tree is dirty), measured in the work tree itself.
+
+        Its files are recorded now (not the git-ignored ones: the user's virtualenv, caches, the
+        store); a round after which they differ stops the measurement (:meth:`measure`).
+        """
         from perfguard.gitrepo import current_branch
         from perfguard.rounds import Target
+        from perfguard.tree_state import TreeState
 
         return Side(
             commit_record(self.root, tree.head, dirty_hash=tree.dirty_hash, branch=current_branch(self.root)),
             Target(tree.head, self.root),
             f"HEAD {tree.key[:10]}{'+dirty' if tree.dirty else ''}",
+            TreeState.record(self.root, ignored=False, exclude=self.store_files),
         )
 
     def commit_side(self, sha: str, label: str, *, branch: str | None = None) -> Side:
-        """A commit measured in a git worktree of its own (created now, removed when done)."""
+        """A commit measured in a git worktree of its own (created now, removed when done).
+
+        The worktree is made read-only and its files (ignored ones too: nothing but perfguard
+        writes there) are recorded when it is created; a round after which they differ stops the
+        measurement (:meth:`measure`).
+        """
         from perfguard.gitrepo import checkout
         from perfguard.rounds import Target
+        from perfguard.tree_state import TreeState, make_read_only
 
-        source = self._worktrees.get(sha)
-        if source is None:
-            source = self._worktrees[sha] = self.stack.enter_context(checkout(self.root, sha, self.work_dir))
-        return Side(commit_record(self.root, sha, branch=branch), Target(sha, source), f"{label} {sha[:10]}")
+        made = self._worktrees.get(sha)
+        if made is None:
+            source = self.stack.enter_context(checkout(self.root, sha, self.work_dir))
+            make_read_only(source)
+            made = self._worktrees[sha] = (source, TreeState.record(source, ignored=True))
+        source, state = made
+        return Side(
+            commit_record(self.root, sha, branch=branch), Target(sha, source), f"{label} {sha[:10]}", state
+        )
+
+    def distrust_rounds(self, why: str) -> None:
+        """Store every round of this invocation as untrusted (never a baseline), and compile in the
+        untrusted caches: code that is not on the baseline branch runs in it (docs/ci.md, "Trust
+        model").  ``why`` is said once."""
+        if not self.rounds_trusted:
+            return
+        self.rounds_trusted = False
+        self.runner.trust = "untrusted"
+        self.say(why)
 
     # --- measuring -----------------------------------------------------------------------------
 
@@ -164,7 +201,7 @@ class Bench:
             "processes": round_.processes,
             "world_size": round_.ranks,  # ranks of a distributed round (also in the machine key)
             "cost": dict(round_.seconds),  # where this round's time went (docs/perf/round_cost.py)
-            "trust": "trusted" if self.trusted else "untrusted",
+            "trust": "trusted" if self.rounds_trusted else "untrusted",
         }
 
     def run_record(
@@ -183,7 +220,7 @@ class Bench:
             started_at=round_.started_at,
             finished_at=round_.finished_at,
             results=list(results),
-            trusted=self.trusted,
+            trusted=self.rounds_trusted,
         )
 
     def measure(
@@ -199,6 +236,8 @@ class Bench:
 
         Returns one list of run records per side, in round order.  Nothing is stored here.
         ``profile``: benchmarks whose cases also get a profiler breakdown (first round of each side).
+        After every round each side's tree is compared with its recorded state: one that changed
+        raises :class:`perfguard.tree_state.TreeChanged` (exit 2) before anything of it is returned.
         """
         selection = tuple(bench) if bench is not None else self.bench
         records: list[list[RunRecord]] = [[] for _ in sides]
@@ -215,6 +254,9 @@ class Bench:
                     exclude=self.exclude if bench is None else (),
                 )
                 self.say(_round_line(side, index, rounds, round_))
+                for each in sides:
+                    if each.tree is not None:
+                        each.tree.verify(each.label)
                 records[s].append(self.run_record(round_, purpose, index, round_.results))
         return records
 
@@ -373,6 +415,7 @@ def open_bench(
             store = baseline_store = Store.open(db_url, cwd=root)
             opened.callback(store.close)
         else:
+            _refuse_one_store(db_url, results_db_url, root)
             baseline_store = _open_baselines_read_only(db_url, root, reporter)
             if baseline_store is not None:
                 opened.callback(baseline_store.close)
@@ -429,17 +472,46 @@ def _ranks(profile: Profile, machine: Fingerprint) -> int:
         ) from None
 
 
+def _refuse_one_store(db_url: str | None, results_db_url: str | None, root: Path) -> None:
+    """An untrusted bench's results store must not be the history store it reads baselines from.
+
+    The same database for both (``--results-db X --db X``) would put the runs of code under review
+    into the history store, from a context that must not be able to write it: exit 2.
+    """
+    from perfguard.store import resolve, resolve_results
+    from perfguard.store.url import same_store
+
+    history, results = resolve(db_url, cwd=root), resolve_results(results_db_url, cwd=root)
+    if same_store(history, results):
+        raise UsageError(
+            f"--results-db and --db name the same store ({results.masked}): an untrusted run or check "
+            "writes its results apart from the history store it reads baselines from",
+            hint="pass a --results-db (or PERFGUARD_RESULTS_DB) of its own, e.g. sqlite:///results.db "
+            "outside the work tree",
+        )
+
+
 def _open_baselines_read_only(db_url: str | None, root: Path, reporter: Reporter) -> Store | None:
-    """The history store, read-only, for an untrusted bench; None when it does not exist yet.
+    """The history store, read-only, for an untrusted bench; None when there is none to read.
 
     A runner whose baseline snapshot was never published has no baselines: the check then measures
-    the merge-base itself, into its own results store (it never becomes a baseline).
+    the merge-base itself, into its own results store (it never becomes a baseline).  Without
+    ``--db`` / ``PERFGUARD_DB`` there is none either: the default store lies inside the work tree
+    under review, where the pull request's commit (a force-added ``.perfguard/history.db``) or its
+    code (run by ``perfguard verify`` before this check) can have put one (docs/ci.md, "Trust
+    model").
     """
     from perfguard.store import Store
     from perfguard.store.url import resolve
 
     url = resolve(db_url, cwd=root)
     path = url.sqlite_path
+    if url.is_default:
+        reporter.say(
+            f"no history store given (--db or PERFGUARD_DB): an untrusted check never reads {path}, inside "
+            "the work tree under review; the baseline is measured here, kept with the results"
+        )
+        return None
     if path is not None and not path.exists():
         reporter.say(f"no history store at {path} yet: the baseline is measured here, kept with the results")
         return None

@@ -229,6 +229,14 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     git(src, "commit", "-qam", "dilated: a second pass (pushed to main without a check)")
     following = git(src, "rev-parse", "HEAD")
 
+    # a PR that ships its own history store where perfguard's default store would be (issue 27)
+    git(src, "checkout", "-q", "-b", "ships-store", "main")
+    (src / ".perfguard").mkdir()
+    (src / ".perfguard" / "history.db").write_bytes(b"a store the pull request chose\n")
+    git(src, "add", "-f", ".perfguard/history.db")
+    git(src, "commit", "-qm", "ship a history store")
+    ships_store = git(src, "rev-parse", "HEAD")
+
     bare = top / "origin.git"
     git(top, "clone", "-q", "--bare", str(src), str(bare))
     return {
@@ -239,6 +247,7 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "wrong": wrong,
         "accept": accept,
         "next": following,
+        "ships-store": ships_store,
     }
 
 
@@ -788,6 +797,24 @@ def test_missing_baseline_branch_fails_with_a_message_and_still_reports(
     assert run["comment_job"].outcome == "success", run["comment_job"].log
     assert run["plan"]["pr"] == PR_NUMBER and "origin/release-9" in run["plan"]["body"]
     assert "GitHub reports the benchmark job as **failure**" in run["plan"]["body"]
+    assert_isolated(run)
+
+
+@pytest.mark.slow
+def test_a_runner_without_a_store_never_opens_one_the_pull_request_ships(
+    tmp_path: Path, origin: dict[str, Any], prepared_python: Path
+) -> None:
+    """Issue 27, item 4: without PERFGUARD_DB the check reads no baseline store at all, not the default
+    path inside the PR's checkout, where the PR force-added a file of its choosing."""
+    no_store = tmp_path / "no-store"
+    no_store.mkdir()
+    run = run_pr_workflow(tmp_path, origin, origin["ships-store"], prepared_python, no_store, bench=OPS_REGEX)
+    job: JobResult = run["job"]
+    check = job.step("perfguard check")
+    assert check.returncode == 0, check.output
+    assert "an untrusted check never reads" in check.output and "/pr/.perfguard/history.db" in check.output
+    assert "measuring it" in check.output  # the merge-base, in this job
+    assert job.outcome == "success", job.log
     assert_isolated(run)
 
 

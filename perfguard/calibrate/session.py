@@ -130,12 +130,8 @@ def calibrate(
             findings: Findings = Calibrator(
                 BenchMeasurer(bench, sides), plan, bench.config, clock, bench.say
             ).run()
+            # a work tree that changed while HEAD was measured stopped the measurement (Bench.measure)
             warnings = list(findings.warnings)
-            if work_tree(root, ignore=bench.store_files).key != tree.key:
-                warnings.append(
-                    "the work tree changed while HEAD was being measured: run the calibration again "
-                    "on a clean tree that nobody edits meanwhile"
-                )
             return Calibration(
                 meta=_meta(bench, head, command_line(), db_url, meta_commits(commits)),
                 plan=plan,

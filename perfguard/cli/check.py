@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from perfguard.cli.options import bench_option, db_option, profile_option, rounds_option
+from perfguard.cli.options import (
+    bench_option,
+    db_option,
+    profile_option,
+    results_db_option,
+    rounds_option,
+    untrusted_option,
+)
 
 if TYPE_CHECKING:
     from perfguard.gate import CheckOutcome
@@ -55,22 +62,8 @@ _path = click.Path(dir_okay=False, path_type=Path)
     help="Use this `perfguard verify --json` report of the work tree instead of verifying again.",
 )
 @click.option("--no-verify", is_flag=True, help="Do not verify HEAD (no implementation can be 'broken').")
-@click.option(
-    "--untrusted",
-    is_flag=True,
-    envvar="PERFGUARD_UNTRUSTED",
-    help="HEAD is code under review: open the history store (--db) read-only and write this check's "
-    "measurements to --results-db (docs/ci.md, 'Trust model'). Env PERFGUARD_UNTRUSTED=1.",
-)
-@click.option(
-    "--results-db",
-    "results_db_url",
-    envvar="PERFGUARD_RESULTS_DB",
-    default=None,
-    metavar="URL",
-    help="Where an --untrusted check stores its rounds and the check (default: sqlite file "
-    ".perfguard/untrusted.db in the repository). Env PERFGUARD_RESULTS_DB.",
-)
+@untrusted_option
+@results_db_option
 @click.option(
     "--accept-approved-by",
     "accept_approved_by",

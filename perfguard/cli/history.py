@@ -24,6 +24,7 @@ import click
 from perfguard.cli.options import db_option
 from perfguard.console import plain
 from perfguard.files import write_atomic
+from perfguard.output_paths import output_path
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -85,7 +86,7 @@ def history(
         if str(json_path) == "-":
             click.echo(text, nl=False)
         else:
-            write_atomic(json_path, text)
+            say(f"wrote {write_atomic(output_path(json_path), text)}")
     elif found.message is not None:
         say(found.message)
     else:

@@ -32,6 +32,24 @@ bench_option = click.option(
     help="Only benchmarks whose 'name(params)' matches this regular expression (asv -b).",
 )
 
+untrusted_option = click.option(
+    "--untrusted",
+    is_flag=True,
+    envvar="PERFGUARD_UNTRUSTED",
+    help="The code measured is under review: open the history store (--db) read-only and store what is "
+    "measured, as untrusted runs, in --results-db (docs/ci.md, 'Trust model'). Env PERFGUARD_UNTRUSTED=1.",
+)
+
+results_db_option = click.option(
+    "--results-db",
+    "results_db_url",
+    envvar="PERFGUARD_RESULTS_DB",
+    default=None,
+    metavar="URL",
+    help="Where an --untrusted command stores its rounds (a check also its verdict); never the --db "
+    "store (default: sqlite file .perfguard/untrusted.db in the repository). Env PERFGUARD_RESULTS_DB.",
+)
+
 rounds_option = click.option(
     "--rounds",
     type=click.IntRange(min=1),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from perfguard.files import write_atomic
+from perfguard.output_paths import output_path
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -83,10 +84,10 @@ def print_table(
 
 
 def write_output(path: Path, text: str, *, allow_dash: bool = False) -> None:
-    """Write ``text`` to ``path`` and say so; never a partial file.  ``allow_dash``: ``-`` is stdout
+    """Write ``text`` to ``path`` and say where; never a partial file, never in the work tree where it
+    would be a change (:func:`perfguard.output_paths.output_path`).  ``allow_dash``: ``-`` is stdout
     (for options declared with ``click.Path(allow_dash=True)``)."""
     if allow_dash and str(path) == "-":
         click.echo(text, nl=not text.endswith("\n"))
         return
-    write_atomic(path, text)
-    say(f"wrote {path}")
+    say(f"wrote {write_atomic(output_path(path), text)}")

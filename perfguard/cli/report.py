@@ -64,5 +64,5 @@ def report(
         say(
             f"wrote {count(summary.pages, 'page')} ({summary.series} series over "
             f"{count(summary.commits, 'commit')} on {count(summary.machines, 'machine')}; {marked} marked) "
-            f"to {out_dir} in {summary.seconds:.1f} s; open {out_dir / 'index.html'}"
+            f"to {summary.out_dir} in {summary.seconds:.1f} s; open {summary.out_dir / 'index.html'}"
         )

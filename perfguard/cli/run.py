@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from perfguard.cli.options import bench_option, db_option, profile_option, rounds_option
+from perfguard.cli.options import (
+    bench_option,
+    db_option,
+    profile_option,
+    results_db_option,
+    rounds_option,
+    untrusted_option,
+)
 from perfguard.errors import EXIT_FAILED
 
 if TYPE_CHECKING:
@@ -26,6 +33,8 @@ if TYPE_CHECKING:
 @bench_option
 @rounds_option
 @db_option
+@untrusted_option
+@results_db_option
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -34,6 +43,8 @@ def run(
     bench_regex: str | None,
     rounds: int | None,
     db_url: str | None,
+    untrusted: bool,
+    results_db_url: str | None,
 ) -> None:
     """Benchmark a commit on this machine through asv and store the results.
 
@@ -41,7 +52,9 @@ def run(
     HEAD is measured in the work tree itself; with uncommitted changes it is stored as
     '<sha>+dirty.<hash>' (never used as a baseline).  Any other commit is measured in a
     temporary git worktree.  All rounds are stored in one transaction: an interrupted run
-    stores nothing.  Exit 0 when stored, 1 when some benchmark failed (stored too), 2 on errors.
+    stores nothing.  --untrusted (or PERFGUARD_UNTRUSTED=1, as in a job that runs a pull
+    request's code): stored as untrusted runs in --results-db, never in the history store.
+    Exit 0 when stored, 1 when some benchmark failed (stored too), 2 on errors.
     """
     from perfguard import api
     from perfguard.cli.output import say
@@ -49,8 +62,9 @@ def run(
 
     with console_reporter() as reporter:
         outcome = api.run(
-            rev, profile=profile, bench=bench_regex, rounds=rounds, db=db_url, reporter=reporter
-        )
+            rev, profile=profile, bench=bench_regex, rounds=rounds, db=db_url, untrusted=untrusted,
+            results_db=results_db_url, reporter=reporter,
+        )  # fmt: skip
     print_results(outcome.runs)
     if outcome.failed:
         say(f"{outcome.failed} benchmark(s) failed; their errors are stored with the results "

@@ -13,6 +13,7 @@ import click
 
 from perfguard.errors import EXIT_FAILED, EXIT_OK
 from perfguard.files import write_atomic
+from perfguard.output_paths import output_path
 
 
 @click.command()
@@ -105,6 +106,6 @@ def verify(
         )
     render(report, console)
     if json_path is not None:
-        write_atomic(json_path, json.dumps(report.to_json(), indent=2, allow_nan=False, default=str) + "\n")
-        console.print(f"wrote {json_path}", style="dim")
+        text = json.dumps(report.to_json(), indent=2, allow_nan=False, default=str) + "\n"
+        console.print(f"wrote {write_atomic(output_path(json_path), text)}", style="dim")
     ctx.exit(EXIT_OK if report.passed else EXIT_FAILED)

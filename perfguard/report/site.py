@@ -99,7 +99,9 @@ def build_site(
     out = Path(out_dir)
     _check_out(out)  # refuse a wrong --out before reading anything; write nothing until the store is read
     with open_store(source) as store:
-        stored = store.series(purposes=HISTORY_PURPOSES)
+        # the published history is of trusted runs only (docs/ci.md, "Trust model"): a check of a pull
+        # request, local or in CI, stores its rounds untrusted, and they are never a point of it
+        stored = store.series(purposes=HISTORY_PURPOSES, trusted_only=True)
         machines_stored = store.machines()
         vmarks = verdict_marks(store)
         points = store.change_points()

@@ -52,7 +52,7 @@ from perfguard.store.regressions import (
 )
 from perfguard.store.rows import stored_commit, stored_machine, upsert_commit, upsert_machine
 from perfguard.store.runs import ResultsByKey
-from perfguard.store.url import StoreURL, resolve
+from perfguard.store.url import StoreURL, refuse_tracked, resolve
 
 
 class Store:
@@ -94,10 +94,12 @@ class Store:
         :class:`StoreError`, by perfguard and by the database itself (SQLite ``mode=ro``,
         PostgreSQL ``default_transaction_read_only``); the store is never created or migrated, so
         it must exist at this perfguard's schema revision.
-        ``url`` may also be a :class:`StoreURL` from ``resolve`` / ``resolve_results``.
+        ``url`` may also be a :class:`StoreURL` from ``resolve`` / ``resolve_results``.  A SQLite
+        file that git tracks is refused (:func:`perfguard.store.url.refuse_tracked`).
         Raises :class:`StoreError` for every way this can fail, with the URL's password masked.
         """
         store_url = url if isinstance(url, StoreURL) else resolve(url, cwd=cwd)
+        refuse_tracked(store_url)
         engine = create(store_url, read_only=read_only)
         try:
             if migrate and not read_only:

@@ -80,6 +80,59 @@ SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 """The files SQLite keeps next to a database (write-ahead log, its index, rollback journal)."""
 
 
+def same_store(a: StoreURL, b: StoreURL) -> bool:
+    """Whether two URLs name one database: the same SQLite file (whatever the path's spelling), or the
+    same PostgreSQL database on the same server (whatever the role: a read-only role and the full
+    one reach the same tables)."""
+    if a.dialect != b.dialect:
+        return False
+    if a.dialect == "sqlite":
+        pa, pb = a.sqlite_path, b.sqlite_path
+        if pa is None or pb is None:
+            return False  # in-memory databases are never shared; a URI form is not compared
+        return os.path.realpath(pa) == os.path.realpath(pb)
+    where = (a.url.host or "localhost", a.url.port or 5432, a.url.database)
+    return where == (b.url.host or "localhost", b.url.port or 5432, b.url.database)
+
+
+def refuse_tracked(store_url: StoreURL) -> None:
+    """Raise :class:`StoreError` when git tracks a file of this SQLite store.
+
+    A store that a repository tracks belongs to whichever commit is checked out: a pull request can
+    force-add its own ``.perfguard/history.db`` (ignored, but tracked once added with ``-f``), and
+    checking it out replaces the maintainer's store with the PR's baselines; checking out the base
+    branch again deletes it (issue 27, item 4).  So perfguard never opens one, for reading or
+    writing.  Files outside any git work tree, and a directory that does not exist yet, are fine.
+    """
+    files = store_url.files
+    if not files:
+        return
+    directory = files[0].absolute().parent
+    if not directory.is_dir():
+        return
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(directory), "ls-files", "-z", "--", *(f.name for f in files)],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return  # no git: nothing can check this store out
+    tracked = (
+        [n for n in proc.stdout.decode(errors="replace").split("\x00") if n] if proc.returncode == 0 else []
+    )
+    if not tracked:
+        return
+    shown = " ".join(tracked)
+    raise StoreError(
+        f"the history store {files[0]} is tracked by git: checking out another commit replaces it (a pull "
+        f"request can ship its own baselines this way), so perfguard does not open it",
+        hint=f"untrack it and keep your copy: git -C {directory} rm --cached {shown} (then commit), or keep "
+        "the store outside the work tree: --db sqlite:////var/lib/perfguard/history.db (or PERFGUARD_DB)",
+    )
+
+
 def mask(url: URL | str) -> str:
     """Render a URL for a message with its password hidden (never raises)."""
     if isinstance(url, URL):
