@@ -16,7 +16,17 @@ ROOT = Path(__file__).resolve().parents[1] / "perfguard"
 
 #: stage -> the modules (or packages) in it, in the order of the data flow
 STAGES: tuple[tuple[str, ...], ...] = (
-    ("errors", "console", "files", "config", "profiles", "gitrepo", "store.records"),  # leaves
+    (
+        "errors",
+        "console",
+        "files",
+        "output_paths",
+        "config",
+        "profiles",
+        "gitrepo",
+        "tree_state",
+        "store.records",
+    ),  # leaves
     ("machine",),
     ("timing", "work", "communication"),
     ("cases", "passes", "measurement", "suite", "shards", "ranks"),
@@ -24,7 +34,15 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("store", "migrations"),
     ("stats", "compare", "accept"),
     ("report",),
-    ("measuring", "gate", "bisect", "changepoints", "calibrate", "verify", "fidelity"),  # the commands' libraries
+    (
+        "measuring",
+        "gate",
+        "bisect",
+        "changepoints",
+        "calibrate",
+        "verify",
+        "fidelity",
+    ),  # the commands' libraries
     ("api",),
     ("cli", "__main__", "github"),
 )
