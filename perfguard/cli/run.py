@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from perfguard.cli.options import bench_option, db_option, profile_option, rounds_option
+from perfguard.cli.options import bench_option, db_option, no_wait_option, profile_option, rounds_option
 from perfguard.errors import EXIT_FAILED
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 @bench_option
 @rounds_option
 @db_option
+@no_wait_option
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -34,14 +35,17 @@ def run(
     bench_regex: str | None,
     rounds: int | None,
     db_url: str | None,
+    no_wait: bool,
 ) -> None:
     """Benchmark a commit on this machine through asv and store the results.
 
     \b
     HEAD is measured in the work tree itself; with uncommitted changes it is stored as
     '<sha>+dirty.<hash>' (never used as a baseline).  Any other commit is measured in a
-    temporary git worktree.  All rounds are stored in one transaction: an interrupted run
-    stores nothing.  Exit 0 when stored, 1 when some benchmark failed (stored too), 2 on errors.
+    temporary git worktree.  Each round is stored when it ends: an interrupted run keeps its
+    finished rounds (exit 130 on Ctrl-C, 143 on SIGTERM).  One measurement per GPU (or CPU
+    machine) at a time: a second waits, or exits 2 with --no-wait.  Exit 0 when stored, 1 when
+    some benchmark failed (stored too), 2 on errors.
     """
     from perfguard import api
     from perfguard.cli.output import say
@@ -49,7 +53,13 @@ def run(
 
     with console_reporter() as reporter:
         outcome = api.run(
-            rev, profile=profile, bench=bench_regex, rounds=rounds, db=db_url, reporter=reporter
+            rev,
+            profile=profile,
+            bench=bench_regex,
+            rounds=rounds,
+            db=db_url,
+            reporter=reporter,
+            wait=not no_wait,
         )
     print_results(outcome.runs)
     if outcome.failed:
