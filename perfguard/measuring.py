@@ -229,13 +229,14 @@ class Bench:
                     profile=profile if index == first[s] else (),
                     exclude=self.exclude if bench is None else (),
                 )
-                self.say(_round_line(side, index, rounds, round_))
                 record = self.run_record(round_, purposes[s], index, round_.results)
                 if extra[s]:
                     record = replace(record, settings={**record.settings, **extra[s]})
-                self.store.record_runs(self.machine_record, side.commit, [record])
-                self.kept.append(f"{side.label} round {index + 1}/{rounds}")
+                with _signals_held():  # stored and counted as kept, or neither
+                    self.store.record_runs(self.machine_record, side.commit, [record])
+                    self.kept.append(f"{side.label} round {index + 1}/{rounds}")
                 records[s].append(record)
+                self.say(_round_line(side, index, rounds, round_))  # "done": stored, kept
         return records
 
     def kept_summary(self) -> str:
@@ -292,6 +293,21 @@ class Bench:
                 ):
                     by_run[result.run_id].append(result)
         return [by_run[r.id] for r in runs if by_run[r.id]]
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block ends (then arrive as usual): a round's write and the
+    record that it was kept happen together, so the interruption message says exactly what is stored."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _round_line(side: Side, index: int, rounds: int, round_: Round) -> str:

@@ -149,9 +149,7 @@ def test_a_baseline_killed_once_in_the_re_measurement_is_re_measured_never_new(
     # decided on a re-measurement whose baseline rounds all worked: never "nothing to compare"
     assert timing["verdict"] != "new" and timing["gated"], timing
     assert timing["retried"] and timing["base_n"] > 0, timing
-    assert timing["reason"].startswith(
-        ("confirmed on re-measurement (2+2 rounds)", "re-measured (2+2 rounds)")
-    ), timing
+    assert "re-measure" in timing["reason"] and "(2+2 rounds)" in timing["reason"], timing
     # a timing decides by its statistics: 8x the work is a regression unless the machine was too noisy
     assert code == (1 if timing["verdict"] == "regression" else 0), log
     assert timing["verdict"] in ("regression", "unstable"), timing
