@@ -89,7 +89,7 @@ def attempt(repo: Path, db: str, moment: float, mode: str) -> tuple[int, str]:
     what = f"killed {len(killed)} process(es)" if killed else "nothing to kill at that moment"
     if mode == "check" and killed:
         again = perfguard(repo, *CHECK, db=db, timeout=900)
-        log = again.stdout + again.stderr
+        log = again.stderr + again.stdout  # the headline (stdout) last
         why = last_line(log, "resuming", "cannot be measured", "Error:", "perfguard: ")
         return again.returncode, f"{what}: exit {code}; then the check again: exit {again.returncode} ({why})"
     why = last_line(out, "cannot be measured", "Error:", "perfguard: ", "interrupted")
