@@ -151,20 +151,23 @@ def run(
     results_db: str | None = None,
     reporter: Reporter | None = None,
     cwd: Path | None = None,
+    wait: bool = True,
 ) -> RunOutcome:
-    """``perfguard run``: benchmark a commit on this machine and store every round (one transaction).
+    """``perfguard run``: benchmark a commit on this machine and store every round (each when it ends).
 
     HEAD is measured in the work tree itself (with uncommitted changes: stored as
     ``<sha>+dirty.<hash>``, never a baseline); any other commit in a temporary git worktree.
     ``untrusted`` (the command: ``--untrusted`` or ``PERFGUARD_UNTRUSTED=1``), as for ``check``: the
     rounds are untrusted runs, stored in ``results_db``; the history store is not written.
+    ``wait``: wait while another measurement holds this device (False: exit 2 at once;
+    :mod:`perfguard.device_lock`), as for ``check``, ``calibrate`` and ``bisect``.
     """
     from perfguard.gitrepo import rev_parse, work_tree
     from perfguard.tree_state import describe
 
     with _bench(
         reporter, profile_name=profile, bench_regex=bench, db_url=db, trusted=not untrusted,
-        results_db_url=results_db, cwd=cwd,
+        results_db_url=results_db, cwd=cwd, wait=wait,
     ) as b:  # fmt: skip
         tree = work_tree(b.root, ignore=b.store_files)
         sha = rev_parse(b.root, commit)
@@ -179,7 +182,6 @@ def run(
             side = b.commit_side(sha, "commit")
         n = rounds or b.config.rounds
         [runs] = b.measure([side], "run", n)
-        b.store_runs(side, runs)
         kind = "" if b.rounds_trusted else " as untrusted runs (never a baseline)"
         b.say(f"stored {n} round(s) of {side.label}{kind} for machine key {b.machine.key!r} in {b.store.url}")
         return RunOutcome(side.label, side.commit.sha, b.machine.key, b.store.url, runs)
@@ -232,6 +234,7 @@ def check(
     accept_approved_by: str | None = None,
     reporter: Reporter | None = None,
     cwd: Path | None = None,
+    wait: bool = True,
 ) -> CheckOutcome:
     """``perfguard check``: HEAD against the merge-base of ``baseline`` on this machine.
 
@@ -254,6 +257,7 @@ def check(
         results_db_url=results_db,
         cwd=cwd,
         for_history=False,
+        wait=wait,
     ) as b:
         outcome = run_check(
             b,
@@ -427,6 +431,7 @@ def calibrate(
     reporter: Reporter | None = None,
     cwd: Path | None = None,
     started: float | None = None,
+    wait: bool = True,
 ) -> Calibration:
     """``perfguard calibrate``: this machine's noise, A/A false alarms and planted-slowdown detection on
     the commit HEAD (a clean work tree), next to asv's rule (``asv``).  ``db``: keep the rounds there
@@ -445,6 +450,7 @@ def calibrate(
         reporter=reporter,
         cwd=cwd,
         started=started,
+        wait=wait,
     )
 
 
@@ -460,6 +466,7 @@ def bisect(
     db: str | None = None,
     reporter: Reporter | None = None,
     cwd: Path | None = None,
+    wait: bool = True,
 ) -> BisectResult:
     """``perfguard bisect``: the first commit of ``good..bad`` (first parent) whose series selected by
     ``bench`` moved beyond the threshold (:func:`perfguard.bisect.bisect`)."""
@@ -473,6 +480,7 @@ def bisect(
         threshold=threshold,
         cwd=cwd,
         for_history=False,
+        wait=wait,
     ) as b:
         return run_bisect(b, good, bad, rounds=rounds, direction=direction)
 

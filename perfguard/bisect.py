@@ -251,11 +251,7 @@ class _Search:
     def _measure(self, shas: Sequence[str], labels: Sequence[str]) -> list[list[list[Any]]]:
         sides = [self.bench.commit_side(sha, label) for sha, label in zip(shas, labels, strict=True)]
         runs = self.bench.measure(sides, "run", self.rounds)
-        out = []
-        for side, side_runs in zip(sides, runs, strict=True):
-            self.bench.store_runs(side, side_runs)
-            out.append([list(r.results) for r in side_runs])
-        return out
+        return [[list(r.results) for r in side_runs] for side_runs in runs]
 
     def _good_probe(self, *, measured: bool) -> Probe:
         from perfguard.gitrepo import commit_info
@@ -314,8 +310,6 @@ class _Search:
         good_side = self.bench.commit_side(self.good, "good (retry)")
         side = self.bench.commit_side(sha, f"{label} (retry)")
         runs = self.bench.measure([good_side, side], "retry", config.retry.rounds, bench=regexes)
-        for s, side_runs in zip((good_side, side), runs, strict=True):
-            self.bench.store_runs(s, side_runs)
         return apply_retry(
             first,
             measurements_from_rounds(r.results for r in runs[0]),

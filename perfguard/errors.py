@@ -12,6 +12,8 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILED = 1  # regression, broken implementation, failed verification
 EXIT_ERROR = 2  # usage or environment error: the message says what to do
+EXIT_SIGINT = 130  # interrupted by Ctrl-C (SIGINT): 128 + the signal's number, as a shell reports it
+EXIT_SIGTERM = 143  # stopped by SIGTERM (a CI job cancelled, a runner shutting down)
 
 
 class PerfguardError(Exception):
@@ -29,6 +31,18 @@ class PerfguardError(Exception):
 
     def format_message(self) -> str:
         return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
+
+
+class Interrupted(PerfguardError):
+    """Ctrl-C or SIGTERM stopped a command: exit 130 or 143 (128 + the signal), never 1 or 2.
+
+    CI reads 1 as "regression" and 2 as "fix your input"; an interruption is neither, and a shell
+    reports a process ended by a signal as 128 + its number.  The message says what was kept.
+    """
+
+    def __init__(self, message: str, hint: str | None = None, *, sigterm: bool = False) -> None:
+        super().__init__(message, hint)
+        self.exit_code = EXIT_SIGTERM if sigterm else EXIT_SIGINT
 
 
 class UsageError(PerfguardError):

@@ -229,7 +229,10 @@ def _run_verify(bench: Bench) -> Path:
         command += ["--bench", regex]
     scope = f" (what --bench {bench.bench[0]!r} measures)" if bench.bench else ""
     bench.say(f"verifying HEAD ({bench.device}, {', '.join(bench.profile.dtypes(bench.device))}){scope} ...")
-    proc = subprocess.run(command, cwd=shim, env=env, capture_output=True, text=True, check=False)
+    # the device lock goes with it: verification computes on the device the check measures on
+    lock = bench.runner.pass_fds
+    proc = subprocess.run(command, cwd=shim, env=env, capture_output=True, text=True, check=False,
+                          pass_fds=lock)  # fmt: skip
     if proc.returncode not in (0, 1) or not out.exists():
         lines = [x for x in (proc.stdout + proc.stderr).strip().splitlines() if not x.startswith("Extension")]
         tail = "\n  ".join(lines[-25:])
@@ -255,37 +258,40 @@ def _measure_sides(
     head_stored: list[list[Any]],
     baseline_ref: str,
 ) -> tuple[list[list[Any]], list[list[Any]], dict[str, str]]:
-    """The rounds of both sides: stored ones where usable, the rest measured now (and stored)."""
-    measured = {
-        "base": f"{len(base_stored)} stored round(s)" if base_stored else f"measured ({rounds} rounds)",
-        "head": f"{len(head_stored)} stored round(s)" if head_stored else f"measured ({rounds} rounds)",
-    }
-    if base_stored:
-        bench.say(f"baseline {base_sha[:10]}: using {len(base_stored)} stored round(s) from this machine key")
-    if head_stored:
-        bench.say(
-            f"HEAD {head.commit.sha[:10]}: using {len(head_stored)} stored round(s) (--fresh measures again)"
-        )
-    sides: list[tuple[Side, str]] = []
-    if not base_stored:
-        bench.say(
-            f"baseline {base_sha[:10]} ({baseline_ref}) has no usable results for this machine key: "
-            "measuring it"
-        )
-        sides.append((bench.commit_side(base_sha, "baseline"), "baseline"))
-    if not head_stored:
-        sides.append((head, "head"))
-    if sides:
-        runs = bench.measure([s for s, _ in sides], "baseline", rounds)
-        for (side, purpose), side_runs in zip(sides, runs, strict=True):
-            records = [replace(r, purpose=purpose) for r in side_runs]
-            bench.store_runs(side, records)
-            fresh_rounds = [list(r.results) for r in records]
+    """The rounds of both sides: stored ones where usable, the rest up to ``rounds`` measured now.
+
+    Every round is stored when it ends (:meth:`Bench.measure`), so a check that was interrupted
+    left its finished rounds behind, and this one resumes with them: a side with fewer stored
+    rounds than ``rounds`` gets only the missing ones measured.
+    """
+    stored = {"baseline": base_stored, "head": head_stored}
+    sides = {"baseline": f"baseline {base_sha[:10]}", "head": f"HEAD {head.commit.sha[:10]}"}
+    reuse = {"baseline": "from this machine key", "head": "(--fresh measures again)"}
+    measured: dict[str, str] = {}
+    missing: list[tuple[Side, str]] = []
+    for purpose, kept in stored.items():
+        more = max(0, rounds - len(kept))
+        key = "base" if purpose == "baseline" else "head"
+        if not kept:
+            measured[key] = f"measured ({rounds} rounds)"
             if purpose == "baseline":
-                base_stored = fresh_rounds
-            else:
-                head_stored = fresh_rounds
-    return base_stored, head_stored, measured
+                bench.say(f"{sides[purpose]} ({baseline_ref}) has no usable results for this machine key: "
+                          "measuring it")  # fmt: skip
+        elif more:
+            measured[key] = f"{len(kept)} stored round(s), {more} measured"
+            bench.say(f"{sides[purpose]}: resuming with {len(kept)} stored round(s), measuring {more} more")
+        else:
+            measured[key] = f"{len(kept)} stored round(s)"
+            bench.say(f"{sides[purpose]}: using {len(kept)} stored round(s) {reuse[purpose]}")
+        if more:
+            side = bench.commit_side(base_sha, "baseline") if purpose == "baseline" else head
+            missing.append((side, purpose))
+    if missing:
+        done = [len(stored[purpose]) for _, purpose in missing]
+        runs = bench.measure([s for s, _ in missing], [p for _, p in missing], rounds, done=done)
+        for (_, purpose), side_runs in zip(missing, runs, strict=True):
+            stored[purpose] = stored[purpose] + [list(r.results) for r in side_runs]
+    return stored["baseline"], stored["head"], measured
 
 
 def _failed_keys(rounds: Sequence[Sequence[Any]]) -> dict[tuple[str, str], Any]:
@@ -322,8 +328,6 @@ def _heal_baseline(
     regexes = suspect_selection(list(failed.values()), base_rounds)
     side = bench.commit_side(base_sha, "baseline (again)")
     [runs] = bench.measure([side], "baseline", rounds, bench=regexes)
-    runs = [replace(r, purpose="baseline") for r in runs]
-    bench.store_runs(side, runs)
     fresh = [list(r.results) for r in runs]
     still = _failed_keys(fresh)
     missing = [k for k in failed if not any(r.key == k for results in fresh for r in results)]
@@ -362,7 +366,14 @@ def _retry(
     head_rounds: list[list[Any]],
     broken: dict[str, list[str]],
 ) -> tuple[SuiteComparison, int, list[list[RunRecord]]]:
-    """Stage 2: re-measure the suspects interleaved in fresh processes; (final, count, retry runs)."""
+    """Stage 2: re-measure the suspects interleaved in fresh processes; (final, count, retry runs).
+
+    Fails closed like stage 1 (:func:`_heal_baseline`): a suspect is gated, and one whose baseline
+    gave no usable number in the re-measurement (its process killed: the OOM killer, a runner
+    hiccup, or HEAD's code running between the baseline's rounds) would otherwise be decided on
+    nothing, as ``new``.  Such suspects are re-measured once more, both sides interleaved; if the
+    baseline fails again the check stops with exit 2 and stores no check.
+    """
     from perfguard.compare import apply_retry, measurements_from_rounds
     from perfguard.suite import suspect_selection
 
@@ -380,11 +391,58 @@ def _retry(
     )
     base = bench.commit_side(base_sha, "baseline (retry)")
     runs = bench.measure([base, head], "retry", n, bench=regexes, profile=regexes)
-    for side, side_runs in zip((base, head), runs, strict=True):
-        bench.store_runs(side, side_runs)
+    lost = _unmeasured(first.suspects, runs[0])
+    if lost:
+        bench.say(
+            f"the baseline's re-measurement of {len(lost)} suspect(s) gave no usable number "
+            f"({_name_failures(lost)}): measuring them again, baseline and HEAD interleaved, {n} rounds each"
+        )
+        again_regexes = suspect_selection([i for i, _ in lost], head_rounds)
+        again = bench.measure([base, head], "retry", n, bench=again_regexes, profile=again_regexes)
+        still = _unmeasured([i for i, _ in lost], again[0])
+        if still:
+            raise PerfguardError(
+                f"the baseline {base_sha[:10]} cannot be measured here: its re-measurement (stage 2) of "
+                f"{_name_failures(still)} failed twice; a gated benchmark is never passed without its "
+                "baseline, so the check fails closed",
+                hint="fix the machine (memory, driver) and run the check again; when only the "
+                "interleaved re-measurement kills the baseline, look at what HEAD's code does between "
+                "its rounds (`perfguard run --commit BASE --bench REGEX` measures the baseline alone)",
+            )
+        keys = {i.key for i, _ in lost}
+        runs = [
+            [replace(r, results=[x for x in r.results if _source(x) not in keys]) for r in runs[s]] + again[s]
+            for s in range(2)
+        ]
     retry_base = measurements_from_rounds(r.results for r in runs[0])
     retry_head = measurements_from_rounds(r.results for r in runs[1])
     return apply_retry(first, retry_base, retry_head, bench.config), len(first.suspects), runs
+
+
+def _source(result: Any) -> tuple[str, str]:
+    """The key of the measurement a result is: a derived one (tokens/s, TFLOP/s) is its timing's."""
+    derived = result.info.get("derived_from") if isinstance(result.info, Mapping) else None
+    return (str(derived or result.benchmark), result.params_key)
+
+
+def _unmeasured(suspects: Sequence[Item], base_runs: Sequence[RunRecord]) -> list[tuple[Item, str]]:
+    """The suspects whose baseline the re-measurement gave no usable number, with why."""
+    from perfguard.compare import measurements_from_rounds
+
+    measured = {(m.benchmark, m.key): m for m in measurements_from_rounds(r.results for r in base_runs)}
+    lost: list[tuple[Item, str]] = []
+    for item in suspects:
+        m = measured.get(item.key)
+        if m is None:
+            lost.append((item, "not measured"))
+        elif m.status != "ok" or m.side.n == 0 or not m.side.median > 0:
+            lost.append((item, ((m.error or m.status).strip().splitlines() or [m.status])[0][:200]))
+    return lost
+
+
+def _name_failures(lost: Sequence[tuple[Item, str]]) -> str:
+    named = [f"{i.impl} {i.benchmark.split('.', 1)[-1]}({i.params_key}): {why}" for i, why in lost]
+    return "; ".join(named[:3]) + (f"; {len(named) - 3} more" if len(named) > 3 else "")
 
 
 # --------------------------------------------------------------------------------------------

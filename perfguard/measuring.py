@@ -26,14 +26,14 @@ import shutil
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from perfguard.errors import PerfguardError, UsageError
+from perfguard.errors import UsageError
 
 if TYPE_CHECKING:
     from perfguard.config import Config
@@ -102,10 +102,10 @@ class Bench:
     # ``Class.method`` names left out of this invocation's rounds and reused results: the
     # history-only benchmarks for a check, calibrate or bisect without --bench (suite.HISTORY_ONLY)
     exclude: tuple[str, ...] = ()
-    wrote: bool = False  # whether this invocation has stored anything yet (for interrupt messages)
     # Whether the rounds this invocation stores are trusted runs (baselines): ``trusted``, unless
     # code that is not on the baseline branch runs in it (:meth:`distrust_rounds`).
     rounds_trusted: bool = True
+    kept: list[str] = field(default_factory=list)  # the rounds stored so far, "<side> round i/n"
     stack: ExitStack = field(default_factory=ExitStack)
     _worktrees: dict[str, tuple[Path, TreeState]] = field(default_factory=dict)
 
@@ -226,44 +226,68 @@ class Bench:
     def measure(
         self,
         sides: Sequence[Side],
-        purpose: str,
+        purpose: str | Sequence[str],
         rounds: int,
         *,
         bench: Sequence[str] | None = None,
         profile: Sequence[str] = (),
+        done: Sequence[int] | None = None,
+        settings: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[list[RunRecord]]:
-        """``rounds`` rounds of each side, interleaved A B B A … (a fresh process every time).
+        """Rounds of each side up to ``rounds``, interleaved A B B A … (a fresh process every time).
 
-        Returns one list of run records per side, in round order.  Nothing is stored here.
-        ``profile``: benchmarks whose cases also get a profiler breakdown (first round of each side).
-        After every round each side's tree is compared with its recorded state: one that changed
-        raises :class:`perfguard.tree_state.TreeChanged` (exit 2) before anything of it is returned.
+        Each round is stored the moment it ends, in its own transaction (a complete run of the
+        store): an interruption or a crash of perfguard loses the round in progress, never a
+        finished one, and the next invocation resumes with them (:meth:`stored_rounds`).  Returns
+        one list of run records per side, in round order.  ``purpose``: one for every side, or one
+        per side.  ``done``: the rounds each side already has (stored earlier): it is measured from
+        the next one on.  ``settings``: per side, what its runs' settings also record (calibrate's
+        phase and side).  ``profile``: benchmarks whose cases also get a profiler breakdown (the
+        first round each side measures now).  After every round each side's
+        tree is compared with its recorded state: one that changed raises
+        :class:`perfguard.tree_state.TreeChanged` (exit 2) before that round is stored.
         """
         selection = tuple(bench) if bench is not None else self.bench
+        purposes = [purpose] * len(sides) if isinstance(purpose, str) else list(purpose)
+        first = list(done) if done is not None else [0] * len(sides)
+        extra = list(settings) if settings is not None else [{}] * len(sides)
+        if not len(purposes) == len(first) == len(extra) == len(sides):
+            raise ValueError("measure() needs one purpose, done count and settings per side")
         records: list[list[RunRecord]] = [[] for _ in sides]
         order = list(range(len(sides)))
         for index in range(rounds):
             for s in order if index % 2 == 0 else order[::-1]:
+                if index < first[s]:
+                    continue
                 side = sides[s]
                 label = f"{side.label} round {index + 1}/{rounds}: "
                 round_ = self.runner.run(
                     side.target,
                     bench=selection,
                     label=label,
-                    profile=profile if index == 0 else (),
+                    profile=profile if index == first[s] else (),
                     exclude=self.exclude if bench is None else (),
                 )
-                self.say(_round_line(side, index, rounds, round_))
                 for each in sides:
                     if each.tree is not None:
                         each.tree.verify(each.label)
-                records[s].append(self.run_record(round_, purpose, index, round_.results))
+                record = self.run_record(round_, purposes[s], index, round_.results)
+                if extra[s]:
+                    record = replace(record, settings={**record.settings, **extra[s]})
+                with _signals_held():  # stored and counted as kept, or neither
+                    self.store.record_runs(self.machine_record, side.commit, [record])
+                    self.kept.append(f"{side.label} round {index + 1}/{rounds}")
+                records[s].append(record)
+                self.say(_round_line(side, index, rounds, round_))  # "done": stored, kept
         return records
 
-    def store_runs(self, side: Side, runs: Sequence[RunRecord]) -> None:
-        """All rounds of one side in one transaction (a killed measurement leaves nothing)."""
-        self.store.record_runs(self.machine_record, side.commit, runs)
-        self.wrote = True
+    def kept_summary(self) -> str:
+        """The rounds this invocation stored so far, per side: what an interruption leaves behind."""
+        per_side: dict[str, list[str]] = {}
+        for line in self.kept:
+            label, round_ = line.rsplit(" round ", 1)
+            per_side.setdefault(label, []).append(round_.split("/")[0])
+        return "; ".join(f"{label} round(s) {', '.join(rounds)}" for label, rounds in per_side.items())
 
     # --- reusing measurements ------------------------------------------------------------------
 
@@ -311,6 +335,21 @@ class Bench:
                 ):
                     by_run[result.run_id].append(result)
         return [by_run[r.id] for r in runs if by_run[r.id]]
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block ends (then arrive as usual): a round's write and the
+    record that it was kept happen together, so the interruption message says exactly what is stored."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _round_line(side: Side, index: int, rounds: int, round_: Round) -> str:
@@ -374,6 +413,7 @@ def open_bench(
     results_db_url: str | None = None,
     cwd: Path | None = None,
     for_history: bool = True,
+    wait: bool = True,
 ) -> Iterator[Bench]:
     """Everything a measurement needs, checked before any benchmark runs (bad input fails fast).
 
@@ -382,10 +422,14 @@ def open_bench(
 
     ``trusted=False``: the history store (``db_url``) is opened read-only and everything this
     invocation writes goes to ``results_db_url`` (default: ``.perfguard/untrusted.db`` in the
-    repository).  Interrupts (Ctrl-C, SIGTERM) become a :class:`PerfguardError` (exit 2) after the
-    scratch directory and worktrees are removed.
+    repository).  Interrupts (Ctrl-C, SIGTERM) become :class:`perfguard.errors.Interrupted` (exit
+    130 / 143) after the scratch directory and worktrees are removed.
+
+    Before anything runs the bench takes the lock of every device it measures on
+    (:mod:`perfguard.device_lock`: one measurement per GPU or CPU machine at a time), waiting for a
+    busy one, or with ``wait=False`` raising :class:`perfguard.device_lock.DeviceBusy` (exit 2).
     """
-    from perfguard import profiles
+    from perfguard import device_lock, profiles
     from perfguard.config import find_pyproject, load_config
     from perfguard.gitrepo import cleanup_stale, repo_root, scratch_dir
     from perfguard.machine import fingerprint, with_ranks
@@ -428,7 +472,16 @@ def open_bench(
         work_dir = scratch_dir()
         opened.callback(shutil.rmtree, work_dir, True)
         bench_ctx: Bench | None = None
-        with interrupts_as_errors(store_written=lambda: bench_ctx is not None and bench_ctx.wrote):
+        with interrupts_as_errors(kept=lambda: bench_ctx.kept_summary() if bench_ctx is not None else ""):
+            uuids = [str(u) if u else None for u in machine.metadata.get("uuid") or []]
+            lock = opened.enter_context(
+                device_lock.hold(
+                    device_lock.device_names(machine.kind, uuids, ranks),
+                    command=command_line(),
+                    wait=wait,
+                    say=reporter.say,
+                )
+            )
             runner = RoundRunner(
                 root,
                 profile,
@@ -438,6 +491,7 @@ def open_bench(
                 timeout_s=timeout_s,
                 trust="trusted" if trusted else "untrusted",
                 ranks=ranks,
+                pass_fds=lock.fds,
             )
             exclude = () if for_history or bench else HISTORY_ONLY
             bench_ctx = Bench(
@@ -519,18 +573,22 @@ def _open_baselines_read_only(db_url: str | None, root: Path, reporter: Reporter
 
 
 @contextmanager
-def interrupts_as_errors(store_written: Callable[[], bool] | None = None) -> Iterator[None]:
+def interrupts_as_errors(kept: Callable[[], str] | None = None) -> Iterator[None]:
     """Ctrl-C or SIGTERM (a CI job cancelled, a runner shutting down) stop the measurement cleanly.
 
     SIGTERM is turned into KeyboardInterrupt so that ``finally`` blocks run (the round's process
-    is killed, git worktrees and scratch directories removed); either becomes exit 2 with a message
-    that says what was stored: each side's rounds are written when all of them are done, so an
-    interruption can leave the rounds of a side that finished, never half of one.
+    is killed, git worktrees and scratch directories removed); either becomes
+    :class:`perfguard.errors.Interrupted` (exit 130 for Ctrl-C, 143 for SIGTERM) with a message that
+    says what was kept: every round is stored when it ends (:meth:`Bench.measure`), so an
+    interruption loses the round in progress, never a finished one.  ``kept``: what was stored so
+    far, in words ("" for nothing).
     """
+    from perfguard.errors import Interrupted
+
     previous = signal.getsignal(signal.SIGTERM)
 
     def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
+        raise KeyboardInterrupt("SIGTERM")
 
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:
@@ -539,14 +597,14 @@ def interrupts_as_errors(store_written: Callable[[], bool] | None = None) -> Ite
         yield
     except KeyboardInterrupt as exc:
         why = str(exc) or "Ctrl-C"
-        if store_written is not None and store_written():
-            what = "the rounds that finished before it are stored (complete sides only); nothing else was"
+        stored = kept() if kept is not None else ""
+        if stored:
+            what = f"kept the finished rounds ({stored}); the round in progress was dropped"
+            hint = "run the same check again: it resumes with the kept rounds and measures only the rest"
         else:
             what = "nothing of this measurement was stored"
-        raise PerfguardError(
-            f"interrupted ({why}): {what}",
-            hint="run the command again; it reuses what is stored and measures the rest",
-        ) from None
+            hint = "run the command again"
+        raise Interrupted(f"interrupted ({why}): {what}", hint=hint, sigterm=why == "SIGTERM") from None
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)

@@ -156,6 +156,7 @@ class RoundRunner:
         timeout_s: float | None = None,
         trust: str = "trusted",
         ranks: int = 1,
+        pass_fds: tuple[int, ...] = (),
     ) -> None:
         if ranks != 1 and not profile.distributed:
             raise ValueError(f"profile {profile.name!r} runs one process, not {ranks} ranks")
@@ -167,6 +168,8 @@ class RoundRunner:
         self.timeout_s = timeout_s
         self.trust = trust
         self.ranks = ranks
+        # the device lock (perfguard.device_lock): a worker outliving a killed perfguard still holds it
+        self.pass_fds = pass_fds
         self.benchmark_dir = load_benchmark_dir(root)
         compile_cache_env(trust)  # validates the domain now, not in the middle of a measurement
 
@@ -322,7 +325,12 @@ class RoundRunner:
         try:
             with open(log_path, "w", encoding="utf-8", errors="replace") as log_file:
                 proc = subprocess.Popen(
-                    command, cwd=cwd, env=dict(env), stdout=log_file, stderr=subprocess.STDOUT
+                    command,
+                    cwd=cwd,
+                    env=dict(env),
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=self.pass_fds,
                 )
         except OSError as exc:
             raise BenchmarkError(f"could not start the benchmark process: {exc}") from None

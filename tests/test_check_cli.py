@@ -539,8 +539,14 @@ def test_a_benchmark_process_that_dies_fails_its_case_and_the_round_goes_on(
     }
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_run_killed_midway_exits_2_and_stores_nothing(repo: Path, tmp_path: Path, sig: int) -> None:
+@pytest.mark.parametrize(
+    ("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"]
+)
+def test_a_run_interrupted_midway_keeps_its_finished_rounds(
+    repo: Path, tmp_path: Path, sig: int, code: int
+) -> None:
+    """Issue 27, item 8: every round is stored when it ends; an interruption loses only the round in
+    progress, exits 128 + the signal (never 1, "regression", nor 2, "usage error") and says what it kept."""
     db = seeded_store(repo, tmp_path)
     before = table_counts(db)
     env = {**os.environ, "PERFGUARD_DB": db, "PYTHONUNBUFFERED": "1"}
@@ -559,21 +565,25 @@ def test_a_run_killed_midway_exits_2_and_stores_nothing(repo: Path, tmp_path: Pa
     )
     assert proc.stderr is not None
     seen = []
-    for line in proc.stderr:  # wait until the first round has finished: it must not be stored
+    for line in proc.stderr:  # wait until the first round has finished: it is kept
         seen.append(line)
         if "round 1/3 done" in line:
             break
     proc.send_signal(sig)
     rest = proc.stderr.read()
-    code = proc.wait(timeout=120)
-    assert code == 2, "".join(seen) + rest
-    assert "interrupted" in rest and "nothing of this measurement was stored" in rest
-    assert table_counts(db) == before
-    time.sleep(0.1)
-    assert (
-        "worktree" not in git(repo, "worktree", "list")
-        or len(git(repo, "worktree", "list").splitlines()) == 1
+    assert proc.wait(timeout=120) == code, "".join(seen) + rest
+    kept = re.search(
+        r"interrupted \((Ctrl-C|SIGTERM)\): kept the finished rounds \(HEAD \w+ round\(s\) ([\d, ]+)\)", rest
     )
+    assert kept and kept.group(1) == ("SIGTERM" if sig == signal.SIGTERM else "Ctrl-C"), rest
+    rounds = kept.group(2).split(", ")
+    assert rounds[0] == "1" and len(rounds) < 3, rest  # round 1 at least, never the one in progress
+    assert "the round in progress was dropped" in rest and "resumes with the kept rounds" in rest
+    after = table_counts(db)
+    assert after["runs"] == before["runs"] + len(rounds)  # exactly what the message says
+    assert after["results"] == before["results"] + len(rounds) * (before["results"] // before["runs"])
+    time.sleep(0.1)
+    assert len(git(repo, "worktree", "list").splitlines()) == 1
 
 
 # --------------------------------------------------------------------------------------------------

@@ -60,6 +60,16 @@ def test_step_explains_a_regression_exit_and_a_missing_command(tmp_path: Path, c
     assert "crashed (exit -6)" in capfd.readouterr().out
 
 
+def test_step_says_an_interrupted_check_was_interrupted_not_crashed(tmp_path: Path, capfd: Any) -> None:
+    """Issue 27, item 8: 130 / 143 are interruptions (a cancelled job), with what was kept."""
+    message = "Error: interrupted (SIGTERM): kept the finished rounds (HEAD 1a2b3c4d5e round(s) 1)"
+    code = f"import sys; print({message!r}, file=sys.stderr); sys.exit(143)"
+    assert gh.run_step("check", [sys.executable, "-c", code], tmp_path) == 143
+    out = capfd.readouterr().out
+    assert "::error title=perfguard check was stopped by SIGTERM (exit 143" in out
+    assert "kept the finished rounds (HEAD 1a2b3c4d5e round(s) 1)" in out and "crashed" not in out
+
+
 def test_summary_uses_the_report_and_adds_the_marker(tmp_path: Path) -> None:
     (tmp_path / "report.md").write_text("## perfguard: 1 regression\n| impl | ratio |\n")
     body = gh.compose_summary(tmp_path, head_sha=SHA, base_ref="main", run_url="https://x/runs/1")

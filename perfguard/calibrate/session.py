@@ -49,12 +49,14 @@ def calibrate(
     reporter: Reporter | None = None,
     cwd: Path | None = None,
     started: float | None = None,
+    wait: bool = True,
 ) -> Calibration:
     """Calibrate this machine on the commit HEAD of the repository at ``cwd`` (docs/calibration.md).
 
     ``planted``: fractions of each module's own forward time (0.1 = +10%), as text (``"0.1,0.5"``,
     ``""`` for none) or numbers.  ``started``: a ``time.perf_counter()`` reading to count the wall
-    time from (the command's start).  Raises :class:`UsageError` (exit 2) for bad fractions, asv
+    time from (the command's start).  ``wait``: wait for a device another measurement holds (False:
+    exit 2 at once, :mod:`perfguard.device_lock`).  Raises :class:`UsageError` (exit 2) for bad fractions, asv
     missing with ``use_asv``, or a dirty work tree, before anything is measured.
     """
     from perfguard.calibrate.asv_rule import check_asv
@@ -105,6 +107,7 @@ def calibrate(
             reporter=reporter,
             cwd=root,
             for_history=False,
+            wait=wait,
         ) as bench:
             clock = PhaseClock(started)
             head = bench.head_side(tree)
@@ -160,16 +163,8 @@ class BenchMeasurer:
             if keys.count(key) > 1:  # HEAD as A and B
                 side = replace(side, label=f"{side.label} (side {chr(ord('A') + keys[:i].count(key))})")
             chosen.append(side)
-        runs = self.bench.measure(chosen, PURPOSE, rounds, bench=bench)
-        tagged: list[list[RunRecord]] = []
-        for key, side, side_runs in zip(sides, chosen, runs, strict=True):
-            these = [
-                replace(run, settings={**run.settings, "calibrate": {"phase": phase, "side": key}})
-                for run in side_runs
-            ]
-            self.bench.store_runs(side, these)
-            tagged.append(these)
-        return tagged
+        tags = [{"calibrate": {"phase": phase, "side": key}} for key in sides]
+        return self.bench.measure(chosen, PURPOSE, rounds, bench=bench, settings=tags)
 
 
 def planted_side(commit: PlantedCommit) -> Side:

@@ -22,7 +22,7 @@ from perfguard.cli.history import history
 from perfguard.cli.report import report
 from perfguard.cli.run import run
 from perfguard.cli.verify import verify
-from perfguard.errors import PerfguardError
+from perfguard.errors import Interrupted, PerfguardError
 
 
 class _Error(click.ClickException):
@@ -43,6 +43,8 @@ class _Commands(click.Group):
             return super().invoke(ctx)
         except PerfguardError as exc:
             raise _Error(exc) from exc
+        except KeyboardInterrupt:  # outside a measurement (which says what it kept): 130, not click's 1
+            raise _Error(Interrupted("interrupted (Ctrl-C)")) from None
 
 
 @click.group(
@@ -63,7 +65,8 @@ def main() -> None:
     perfguard changes --commit SHA      flag the steps of the baseline branch nobody accepted
     perfguard fidelity                  numbers of a full round against each case measured alone
 
-    Exit codes: 0 ok, 1 regression or failed verification, 2 usage or environment error.
+    Exit codes: 0 ok, 1 regression or failed verification, 2 usage or environment error,
+    130 / 143 interrupted (Ctrl-C / SIGTERM).
     """
 
 

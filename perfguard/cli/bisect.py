@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from perfguard.cli.options import db_option, profile_option, rounds_option
+from perfguard.cli.options import db_option, no_wait_option, profile_option, rounds_option
 
 
 @click.command()
@@ -46,6 +46,7 @@ from perfguard.cli.options import db_option, profile_option, rounds_option
 @db_option
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the probes and the culprit as JSON here.")  # fmt: skip
+@no_wait_option
 def bisect(
     good_ref: str,
     bad_ref: str,
@@ -56,6 +57,7 @@ def bisect(
     rounds: int | None,
     db_url: str | None,
     json_path: Path | None,
+    no_wait: bool,
 ) -> None:
     """Find the first commit of GOOD..BAD (first parent) whose selected series moved beyond the threshold.
 
@@ -80,6 +82,7 @@ def bisect(
             rounds=rounds,
             db=db_url,
             reporter=reporter,
+            wait=not no_wait,
         )
     compared = len(result.probes) - 1  # good itself is the reference
     say(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import click
 
 from perfguard.api import DEFAULT_PLANTED
-from perfguard.cli.options import bench_option, profile_option, rounds_option
+from perfguard.cli.options import bench_option, no_wait_option, profile_option, rounds_option
 
 if TYPE_CHECKING:
     from perfguard.calibrate import Calibration
@@ -70,6 +70,7 @@ _path = click.Path(dir_okay=False, path_type=Path)
     help="Keep the calibration rounds (purpose 'calibrate') in this store. "
     "Default: a temporary store, deleted afterwards (PERFGUARD_DB is not read).",
 )
+@no_wait_option
 def calibrate(
     profile: str,
     bench_regex: str | None,
@@ -81,6 +82,7 @@ def calibrate(
     json_path: Path | None,
     markdown_path: Path | None,
     db_url: str | None,
+    no_wait: bool,
 ) -> None:
     """Measure this machine's noise, false alarms and detection rates on the commit HEAD.
 
@@ -112,6 +114,7 @@ def calibrate(
             db=db_url,
             reporter=reporter,
             started=started,
+            wait=not no_wait,
         )
     _print(calibration)
     _write(calibration, json_path, markdown_path)

@@ -16,6 +16,7 @@ import click
 from perfguard.cli.options import (
     bench_option,
     db_option,
+    no_wait_option,
     profile_option,
     results_db_option,
     rounds_option,
@@ -73,6 +74,7 @@ _path = click.Path(dir_okay=False, path_type=Path)
     help="The maintainer who approved the Perfguard-Accept trailers of this PR (the workflow passes it "
     "when a maintainer applied the perfguard-accept label); without it they are ignored.",
 )
+@no_wait_option
 @click.pass_context
 def check(
     ctx: click.Context,
@@ -91,12 +93,15 @@ def check(
     untrusted: bool,
     results_db_url: str | None,
     accept_approved_by: str | None,
+    no_wait: bool,
 ) -> None:
     """Compare HEAD with the baseline on this machine; exit 1 on a real regression.
 
     \b
     Exit codes: 0 no regression, 1 regression / broken implementation / failed benchmark,
-    2 usage or environment error (the message says what to do).
+    2 usage or environment error (the message says what to do; also a baseline that cannot be
+    measured: the check fails closed), 130 / 143 interrupted by Ctrl-C / SIGTERM (the finished
+    rounds are kept and the next check resumes with them).
     """
     from perfguard import api
     from perfguard.cli.output import say
@@ -120,6 +125,7 @@ def check(
             results_db=results_db_url,
             accept_approved_by=accept_approved_by,
             reporter=reporter,
+            wait=not no_wait,
         )
     _print_verdicts(outcome)
     for path in outcome.written:

@@ -56,3 +56,11 @@ rounds_option = click.option(
     default=None,
     help="Rounds (fresh processes) per commit; default [tool.perfguard] rounds, else 3.",
 )
+
+no_wait_option = click.option(
+    "--no-wait",
+    is_flag=True,
+    help="Exit 2 at once when another perfguard measures on this GPU (or CPU machine), instead of "
+    "waiting for it: one measurement per device at a time ($PERFGUARD_LOCK_DIR, default "
+    "/tmp/perfguard-locks).",
+)

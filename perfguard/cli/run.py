@@ -14,6 +14,7 @@ import click
 from perfguard.cli.options import (
     bench_option,
     db_option,
+    no_wait_option,
     profile_option,
     results_db_option,
     rounds_option,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 @db_option
 @untrusted_option
 @results_db_option
+@no_wait_option
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -45,16 +47,19 @@ def run(
     db_url: str | None,
     untrusted: bool,
     results_db_url: str | None,
+    no_wait: bool,
 ) -> None:
     """Benchmark a commit on this machine through asv and store the results.
 
     \b
     HEAD is measured in the work tree itself; with uncommitted changes it is stored as
     '<sha>+dirty.<hash>' (never used as a baseline).  Any other commit is measured in a
-    temporary git worktree.  All rounds are stored in one transaction: an interrupted run
-    stores nothing.  --untrusted (or PERFGUARD_UNTRUSTED=1, as in a job that runs a pull
-    request's code): stored as untrusted runs in --results-db, never in the history store.
-    Exit 0 when stored, 1 when some benchmark failed (stored too), 2 on errors.
+    temporary git worktree.  Each round is stored when it ends: an interrupted run keeps its
+    finished rounds (exit 130 on Ctrl-C, 143 on SIGTERM).  One measurement per GPU (or CPU
+    machine) at a time: a second waits, or exits 2 with --no-wait.  --untrusted (or
+    PERFGUARD_UNTRUSTED=1, as in a job that runs a pull request's code): stored as untrusted runs
+    in --results-db, never in the history store.  Exit 0 when stored, 1 when some benchmark
+    failed (stored too), 2 on errors.
     """
     from perfguard import api
     from perfguard.cli.output import say
@@ -63,7 +68,7 @@ def run(
     with console_reporter() as reporter:
         outcome = api.run(
             rev, profile=profile, bench=bench_regex, rounds=rounds, db=db_url, untrusted=untrusted,
-            results_db=results_db_url, reporter=reporter,
+            results_db=results_db_url, reporter=reporter, wait=not no_wait,
         )  # fmt: skip
     print_results(outcome.runs)
     if outcome.failed:

@@ -16,6 +16,8 @@ from pathlib import Path
 EXIT_MEANING = {
     1: "found a regression, a broken benchmark or a failed verification (exit 1)",
     2: "stopped on a usage or environment error (exit 2)",
+    130: "was interrupted (Ctrl-C, exit 130); its finished rounds are kept",
+    143: "was stopped by SIGTERM (exit 143, a cancelled job); its finished rounds are kept",
 }
 ERROR_LINE = re.compile(r"^Error: ", re.MULTILINE)
 
@@ -63,8 +65,8 @@ def describe_exit(name: str, code: int, log: str) -> tuple[str, str] | None:
             f"perfguard {name} {EXIT_MEANING[1]}. The job summary and the report artifact show "
             "which benchmark or implementation.",
         )
-    if code == 2:
-        return (f"perfguard {name} {EXIT_MEANING[2]}", error_message_from_log(log))
+    if code in (2, 130, 143):
+        return (f"perfguard {name} {EXIT_MEANING[code]}", error_message_from_log(log))
     if code == 127:
         return (
             f"perfguard {name} could not start",
