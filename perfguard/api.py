@@ -193,6 +193,7 @@ def fidelity(
     bench: str | None = None,
     sample: int = 0,
     time_tolerance: float | None = None,
+    on_case: Callable[[FidelityReport], None] | None = None,
     reporter: Reporter | None = None,
     cwd: Path | None = None,
 ) -> FidelityReport:
@@ -207,7 +208,7 @@ def fidelity(
     with _bench(
         reporter, profile_name=profile, bench_regex=bench, db_url=None, cwd=cwd, for_history=False
     ) as b:
-        return fidelity_test(b, sample=sample, time_tolerance=time_tolerance)
+        return fidelity_test(b, sample=sample, time_tolerance=time_tolerance, on_case=on_case)
 
 
 # --------------------------------------------------------------------------------------------

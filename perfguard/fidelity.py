@@ -19,7 +19,7 @@ noise on a busy CPU is larger than any bound that would mean something).  Nothin
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -119,8 +119,18 @@ def sample_cases(cases: Sequence[tuple[str, str]], sample: int) -> list[tuple[st
     return [ordered[int(i * step)] for i in range(sample)]
 
 
-def fidelity_test(bench: Bench, *, sample: int = 0, time_tolerance: float | None = None) -> FidelityReport:
-    """Measure the selection in one full round, then each sampled case alone; compare (module docstring)."""
+def fidelity_test(
+    bench: Bench,
+    *,
+    sample: int = 0,
+    time_tolerance: float | None = None,
+    on_case: Callable[[FidelityReport], None] | None = None,
+) -> FidelityReport:
+    """Measure the selection in one full round, then each sampled case alone; compare (module docstring).
+
+    ``on_case``: called with the report so far after every case measured alone (a run cut short by a
+    time limit keeps what it compared: the CLI rewrites its JSON each time).
+    """
     from perfguard.compare.model import derived_source
     from perfguard.gitrepo import work_tree
     from perfguard.suite import selection_regex
@@ -154,6 +164,12 @@ def fidelity_test(bench: Bench, *, sample: int = 0, time_tolerance: float | None
         alone = bench.runner.run(side.target, bench=selection, label=f"alone {n}/{len(chosen)}: ")
         measured = {r.key: r for r in alone.results}
         rows += [_compare(r, measured.get(r.key), tolerance) for r in in_round]
+        seconds = {"round_s": round(round_s, 1), "alone_s": round(time.perf_counter() - alone_s, 1)}
+        so_far = FidelityReport(
+            list(rows), n, len(by_case), bench.device, bench.profile.name, tolerance, seconds
+        )
+        if on_case is not None:
+            on_case(so_far)
     seconds = {"round_s": round(round_s, 1), "alone_s": round(time.perf_counter() - alone_s, 1)}
     return FidelityReport(
         rows, len(chosen), len(by_case), bench.device, bench.profile.name, tolerance, seconds

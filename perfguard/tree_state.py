@@ -92,7 +92,8 @@ class TreeState:
         raise TreeChanged(
             f"the code of {label} changed while this check measured it ({describe(changed)}, in "
             f"{self.path}): rounds of it would not be of the code they are stored under, so nothing "
-            "of it is stored",
+            "measured since the last round is stored (rounds finished before it, checked unchanged "
+            "then, are kept)",
             hint="if you edited the work tree during the check, run it again and leave the files alone "
             "until it ends; if not, code measured in this check wrote there (a pull request's code "
             "can): review it before running it on this machine again",

@@ -102,16 +102,18 @@ def interrupted_then_resumed(repo: Path, db: str, tmp_path: Path, sig: int, code
     resumed = perfguard(repo, "check", "--baseline", "main", "--bench", BENCH, "--rounds", "3", "--no-verify",
                         "--json", str(out), db=db)  # fmt: skip
     assert resumed.returncode == 1, resumed.stdout + resumed.stderr  # dilated's work doubled
-    for side in ("baseline", "HEAD"):
-        n = len(said[side])
-        assert (
-            f"{side} " in resumed.stderr
-            and f"resuming with {n} stored round(s), measuring {3 - n} more" in (resumed.stderr)
-        ), resumed.stderr
-    # only the missing rounds were measured: round numbers continue, nothing measured twice
-    assert len(re.findall(r"round \d/3 done", resumed.stderr)) == 6 - kept_total, resumed.stderr
+    # HEAD resumes: only its missing rounds are measured, round numbers continue
+    n = len(said["HEAD"])
+    assert f"resuming with {n} stored round(s), measuring {3 - n} more" in resumed.stderr, resumed.stderr
+    # the baseline's kept rounds were measured beside code that is not on main: stored untrusted
+    # (docs/ci.md, "Trust model"), they are never a baseline, so the baseline is measured whole again
+    assert "baseline" in resumed.stderr and "has no usable results" in resumed.stderr, resumed.stderr
+    assert len(re.findall(r"round \d/3 done", resumed.stderr)) == 3 + (3 - n), resumed.stderr
     stored = stored_rounds(db)
-    assert stored[("baseline", base)] == [0, 1, 2] and stored[("head", head)] == [0, 1, 2], stored
+    kept_base = [int(r) - 1 for r in said["baseline"]]
+    assert sorted(stored[("baseline", base)]) == sorted([*kept_base, 0, 1, 2]), stored
+    assert stored[("head", head)] == [0, 1, 2], stored
+    assert 2 <= kept_total < 6
     items = json.loads(out.read_text())["items"]
     assert items and all(i["verdict"] == "regression" and i["ratio"] == pytest.approx(2.0) for i in items), (
         items

@@ -25,6 +25,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "profiles",
         "gitrepo",
         "tree_state",
+        "device_lock",
         "store.records",
     ),  # leaves
     ("machine",),

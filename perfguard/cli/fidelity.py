@@ -58,9 +58,14 @@ def fidelity(
     Exit 0 when everything agrees, 1 when something does not, 2 on errors.
     """
     from perfguard import api
-    from perfguard.cli.output import say
+    from perfguard.cli.output import say, write_output
     from perfguard.cli.progress import console_reporter
     from perfguard.files import write_atomic
+    from perfguard.output_paths import output_path
+
+    def save(report: FidelityReport) -> None:  # after every case: a run cut short keeps its rows
+        if json_path is not None:
+            write_atomic(output_path(json_path), json.dumps(report.as_dict(), indent=2) + "\n")
 
     with console_reporter() as reporter:
         report = api.fidelity(
@@ -68,13 +73,14 @@ def fidelity(
             bench=bench_regex,
             sample=sample,
             time_tolerance=time_tolerance,
+            on_case=save,
             reporter=reporter,
         )
     _print(report)
     if json_path is not None:
-        write_atomic(json_path, json.dumps(report.as_dict(), indent=2) + "\n")
+        write_output(json_path, json.dumps(report.as_dict(), indent=2) + "\n")
     if markdown is not None:
-        write_atomic(markdown, markdown_table(report))
+        write_output(markdown, markdown_table(report))
     bad = report.disagreeing
     if bad:
         say(f"{len(bad)} number(s) differ between the full round and the case alone")
