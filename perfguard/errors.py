@@ -125,7 +125,8 @@ def error_for(exc: Exception) -> PerfguardError:
     """What an exception that reached the command line means: its message, hint and exit code.
 
     A :class:`PerfguardError` is itself; an :class:`OSError` or a :class:`MemoryError` is an
-    environment error (exit 2); anything else is an :class:`InternalError` (exit 70), its traceback written to a file.
+    environment error (exit 2); anything else is an :class:`InternalError` (exit 70), its traceback
+    written to a file.
     """
     if isinstance(exc, PerfguardError):
         return exc

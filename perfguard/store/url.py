@@ -154,7 +154,8 @@ def _check_sqlite_path(url: URL) -> None:
         )
     if len(encoded) > _MAX_PATH_BYTES:
         raise StoreError(
-            f"the SQLite path in --db is {len(encoded)} bytes long; a path may have at most {_MAX_PATH_BYTES}",
+            f"the SQLite path in --db is {len(encoded)} bytes long; a path may have at most "
+            f"{_MAX_PATH_BYTES}",
             hint=hint,
         )
 
