@@ -69,8 +69,9 @@ def main() -> None:
     perfguard bisect --good A --bad B --bench RE       find the commit where a series moved
     perfguard changes --commit SHA      flag the steps of the baseline branch nobody accepted
 
+    \b
     Exit codes: 0 ok, 1 regression or failed verification, 2 usage or environment error,
-    70 internal error (a bug in perfguard; the message says where the traceback is).
+                70 internal error (a bug in perfguard; the message says where its traceback is)
     """
 
 
