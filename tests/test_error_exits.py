@@ -27,7 +27,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from perfguard.cli import main
-from perfguard.errors import EXIT_INTERNAL, StoreError
+from perfguard.errors import StoreError
 from perfguard.store import CheckItemRecord, CommitRecord, MachineRecord, ResultRecord, Store
 from tests.helpers.project import append_commit, git, project_repo
 
@@ -604,7 +604,7 @@ def test_an_unexpected_exception_exits_70_with_a_short_message_and_the_traceback
     tmp_path: Path,
 ) -> None:
     result = _crashing("boom", env={"TMPDIR": str(tmp_path)})
-    assert result.returncode == EXIT_INTERNAL == 70
+    assert result.returncode == 70  # perfguard.errors.EXIT_INTERNAL, documented in docs/ci.md
     assert "Traceback" not in result.stderr
     assert "internal error (a bug in perfguard, exit 70): ZeroDivisionError: a planted bug" in result.stderr
     [crash] = tmp_path.glob("perfguard-crash-*.txt")
