@@ -626,3 +626,16 @@ def test_a_click_error_with_its_default_code_exits_2_not_1() -> None:
 def test_help_lists_the_exit_codes() -> None:
     output = cli("--help").output
     assert "2 usage or environment error" in output and "70 internal error" in output
+
+
+def test_the_ci_step_annotates_exit_70_as_an_internal_error_with_perfguards_message(tmp_path: Path) -> None:
+    from perfguard.github.commands import describe_exit
+
+    result = _crashing("boom", env={"TMPDIR": str(tmp_path)})
+    annotation = describe_exit("check", result.returncode, result.stderr)
+    assert annotation is not None
+    title, message = annotation
+    assert title == "perfguard check crashed on an internal error (exit 70)"
+    assert message.startswith(
+        "internal error (a bug in perfguard, exit 70): ZeroDivisionError: a planted bug"
+    )

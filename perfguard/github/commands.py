@@ -16,6 +16,7 @@ from pathlib import Path
 EXIT_MEANING = {
     1: "found a regression, a broken benchmark or a failed verification (exit 1)",
     2: "stopped on a usage or environment error (exit 2)",
+    70: "crashed on an internal error (exit 70)",  # perfguard.errors.EXIT_INTERNAL: a bug
 }
 ERROR_LINE = re.compile(r"^Error: ", re.MULTILINE)
 
@@ -63,8 +64,8 @@ def describe_exit(name: str, code: int, log: str) -> tuple[str, str] | None:
             f"perfguard {name} {EXIT_MEANING[1]}. The job summary and the report artifact show "
             "which benchmark or implementation.",
         )
-    if code == 2:
-        return (f"perfguard {name} {EXIT_MEANING[2]}", error_message_from_log(log))
+    if code in (2, 70):
+        return (f"perfguard {name} {EXIT_MEANING[code]}", error_message_from_log(log))
     if code == 127:
         return (
             f"perfguard {name} could not start",
