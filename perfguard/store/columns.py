@@ -40,7 +40,8 @@ class Checked(TypeDecorator[Any]):
 
     ``where`` (``table.column``) and ``nullable`` are set per column by :func:`name_columns`.
     Subclasses implement :meth:`check`: the value (converted if need be), or ``ValueError`` saying
-    what is wrong with it.
+    what is wrong with it; and :meth:`accepts`: a cheap test that lets the common value through
+    without calling :meth:`check` (the history reads ~20 columns of every point: docs/perf/store.md).
     """
 
     cache_ok = True
@@ -50,11 +51,26 @@ class Checked(TypeDecorator[Any]):
     def check(self, value: Any) -> Any:
         return value
 
+    def accepts(self) -> Callable[[Any], bool]:
+        """A test of a converted value that, when true, means :meth:`check` would return it as it is."""
+        return lambda value: False
+
     def result_processor(self, dialect: Dialect, coltype: Any) -> Callable[[Any], Any]:
         """The dialect's own conversion (JSON decoding, date parsing), then :meth:`check`; any
         failure of either is a :class:`StoredValueError` naming the column and the value."""
         convert = super().result_processor(dialect, coltype)
-        return lambda raw: self.read(raw, convert)
+        accepts, check, nullable, read = self.accepts(), self.check, self.nullable, self.read
+
+        def process(raw: Any) -> Any:
+            if raw is None and nullable:
+                return None
+            try:
+                value = raw if convert is None else convert(raw)
+                return value if accepts(value) else check(value)
+            except (ValueError, TypeError, ArithmeticError):
+                return read(raw, convert)  # raises StoredValueError with the reason
+
+        return process
 
     def read(self, raw: Any, convert: Callable[[Any], Any] | None = None) -> Any:
         """``raw`` (as the database driver returned it) converted by ``convert`` and checked."""
@@ -79,6 +95,9 @@ class StoredText(Checked):
     def __init__(self, length: int | None = None, *, choices: Sequence[str] = ()) -> None:
         super().__init__(length)
         self.choices = tuple(choices)
+
+    def accepts(self) -> Callable[[Any], bool]:
+        return frozenset(self.choices).__contains__ if self.choices else str.__instancecheck__
 
     def check(self, value: Any) -> str:
         if not isinstance(value, str):
@@ -107,6 +126,10 @@ class StoredInt(Checked):
         super().__init__()
         self.minimum = minimum
 
+    def accepts(self) -> Callable[[Any], bool]:
+        minimum = self.minimum if self.minimum is not None else -math.inf
+        return lambda value: type(value) is int and value >= minimum
+
     def check(self, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"not an integer but {type(value).__name__}")
@@ -131,6 +154,14 @@ class StoredFloat(Checked):
         self.finite = finite or measured
         self.measured = measured
 
+    def accepts(self) -> Callable[[Any], bool]:
+        if self.measured:
+            low, high = MEASURED_RANGE
+            return lambda value: type(value) is float and low <= value <= high
+        if self.finite:
+            return lambda value: type(value) is float and -math.inf < value < math.inf
+        return lambda value: type(value) is float and value == value  # not NaN
+
     def check(self, value: Any) -> float:
         return _number(value, finite=self.finite, measured=self.measured)
 
@@ -147,6 +178,11 @@ class StoredJSON(Checked):
         super().__init__()
         self.shape = shape
         self.samples = samples
+
+    def accepts(self) -> Callable[[Any], bool]:
+        if self.samples:
+            return super().accepts()
+        return self.shape.__instancecheck__
 
     def decode(self, text: Any) -> Any:
         """A value selected as text (``CAST(column AS TEXT)``), decoded and checked."""
