@@ -244,10 +244,14 @@ def check(
     0 no regression, 1 a regression, broken implementation or failed benchmark.  ``untrusted``: HEAD
     is code under review: the history store is read-only and this check writes to ``results_db``.
     """
+    from perfguard.files import check_output_path
     from perfguard.gate import run_check, write_reports
     from perfguard.report import build_report
     from perfguard.report.terminal import terminal_summary
 
+    for path, option in ((markdown, "--markdown"), (html, "--html"), (json_path, "--json")):
+        if path is not None:  # a report that cannot be written fails now, not after the measuring
+            check_output_path(path, f"{option} file")
     with _bench(
         reporter,
         profile_name=profile,
@@ -303,7 +307,7 @@ def report(
 ) -> Rendered:
     """``perfguard report``: the static history site into ``out_dir``, and/or the reports of stored check
     ``check_id`` (the formats asked for).  Only reads the store: nothing is created or migrated."""
-    from perfguard.errors import UsageError
+    from perfguard.errors import UsageError, os_error
 
     formats = {"html": html, "markdown": markdown, "json": json}
     if check_id is None and any(formats.values()):
@@ -337,7 +341,11 @@ def report(
         if out_dir is not None:
             from perfguard.output_paths import output_path
 
-            rendered.site = build_site(store, output_path(out_dir, directory=True))
+            site_dir = output_path(out_dir, directory=True)
+            try:
+                rendered.site = build_site(store, site_dir)
+            except OSError as exc:  # a full disk halfway through the pages
+                raise os_error(exc, f"writing the site to {site_dir} (left incomplete)") from None
     return rendered
 
 

@@ -41,6 +41,19 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 MiB = 1024 * 1024
 
+# Bounds of the integer settings, checked when the file is read (before anything is measured): a
+# value beyond them would fail later, after minutes of measuring (2e11 bootstrap resamples ask for
+# terabytes), or never finish (1e17 rounds).
+#: Resamples of the bootstrap: the default 2,000 already puts its Monte Carlo error far below the
+#: threshold; each resample costs memory for every sample of a round (docs/verdicts.md).
+MAX_RESAMPLES = 100_000
+#: Rounds a side (and retry rounds): each is a fresh process of the whole selection.
+MAX_ROUNDS = 1_000
+#: The seed of the bootstrap's generator: any 64-bit value.
+MAX_SEED = 2**64 - 1
+#: ``memory_floor_bytes``: 1 EiB, beyond any GPU's memory.
+MAX_BYTES = 2**60
+
 #: Metrics the asv suites produce (docs/design.md, "asv suites").
 METRICS = ("time", "memory", "throughput", "efficiency", "flops", "ops", "kernels", "allocated")
 #: The work metrics: deterministic counts of one call, gated with ``work_threshold``.
@@ -254,6 +267,17 @@ def load_config(path: Path | None = None, *, threshold: float | None = None) -> 
         raise ConfigError(f"{path} does not exist", hint="pass the project's pyproject.toml") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path} is not valid TOML: {e}", hint="fix the file's syntax") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{path} is not valid UTF-8 (byte {e.object[e.start : e.start + 1]!r} at offset {e.start}): "
+            "TOML files are UTF-8",
+            hint="save the file as UTF-8",
+        ) from None
+    except RecursionError:
+        raise ConfigError(
+            f"{path} nests arrays or tables too deeply to be read",
+            hint="a pyproject.toml needs a few levels of nesting; remove the deeply nested value",
+        ) from None
     tool = document.get("tool", {})
     table = tool.get("perfguard", {}) if isinstance(tool, dict) else {}
     return parse_config(table, source=str(path)).with_threshold(threshold)
@@ -289,11 +313,13 @@ def parse_config(table: Mapping[str, Any], *, source: str = "[tool.perfguard]") 
             "suspect_fraction", table["suspect_fraction"], source, lo=0.0, hi=1.0, what="in (0, 1]"
         )
     if "bootstrap_resamples" in table:
-        kw["bootstrap_resamples"] = _integer("bootstrap_resamples", table["bootstrap_resamples"], source, 100)
+        kw["bootstrap_resamples"] = _integer(
+            "bootstrap_resamples", table["bootstrap_resamples"], source, 100, MAX_RESAMPLES
+        )
     if "seed" in table:
-        kw["seed"] = _integer("seed", table["seed"], source, 0)
+        kw["seed"] = _integer("seed", table["seed"], source, 0, MAX_SEED)
     if "rounds" in table:
-        kw["rounds"] = _integer("rounds", table["rounds"], source, 1)
+        kw["rounds"] = _integer("rounds", table["rounds"], source, 1, MAX_ROUNDS)
     if "retry" in table:
         kw["retry"] = _retry(table["retry"], source, defaults.retry)
     if "override" in table:
@@ -335,9 +361,9 @@ def _fraction(key: str, value: Any, source: str) -> float:
     return float(value)
 
 
-def _integer(key: str, value: Any, source: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _bad(key, value, source, f"expected an integer >= {minimum}")
+def _integer(key: str, value: Any, source: str, minimum: int, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise _bad(key, value, source, f"expected an integer from {minimum} to {maximum:,}")
     return value
 
 
@@ -357,13 +383,16 @@ def _bytes(key: str, value: Any, source: str) -> int:
     """A byte count: an integer, or a string such as "64 MiB" or "1GB"."""
     if isinstance(value, bool):
         raise _bad(key, value, source, 'expected bytes: an integer or a string such as "64 MiB"')
-    if isinstance(value, int) and value >= 0:
+    expected = f'expected bytes: an integer from 0 to {MAX_BYTES:,} (1 EiB) or a string such as "64 MiB"'
+    if isinstance(value, int) and 0 <= value <= MAX_BYTES:
         return value
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= 40:
         m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgG]i?[bB]|[bB])?\s*", value)
         if m:
-            return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
-    raise _bad(key, value, source, 'expected bytes: an integer >= 0 or a string such as "64 MiB"')
+            number = float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+            if number <= MAX_BYTES:
+                return int(number)
+    raise _bad(key, value, source, expected)
 
 
 def _retry(value: Any, source: str, defaults: RetryConfig) -> RetryConfig:
@@ -373,7 +402,7 @@ def _retry(value: Any, source: str, defaults: RetryConfig) -> RetryConfig:
     enabled = value.get("enabled", defaults.enabled)
     if not isinstance(enabled, bool):
         raise _bad("retry.enabled", enabled, source, "expected true or false")
-    rounds = _integer("retry.rounds", value.get("rounds", defaults.rounds), source, 2)
+    rounds = _integer("retry.rounds", value.get("rounds", defaults.rounds), source, 2, MAX_ROUNDS)
     return RetryConfig(enabled=enabled, rounds=rounds)
 
 

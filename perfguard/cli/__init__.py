@@ -3,7 +3,9 @@
 Each subcommand lives in its own module and imports the heavy parts (torch, SQLAlchemy, asv)
 inside its function body, so ``perfguard --help`` stays instant.  A :class:`PerfguardError` from
 the library is printed as click prints its own errors (``Error: message`` and the hint, on stderr)
-and ends the command with its exit code (2).
+and ends the command with its exit code (2).  Any other exception is given its meaning by
+:func:`perfguard.errors.error_for` (an OSError: exit 2; a bug: exit 70 and where its traceback
+went), so a crash never exits 1, which CI reads as a regression.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from perfguard.cli.history import history
 from perfguard.cli.report import report
 from perfguard.cli.run import run
 from perfguard.cli.verify import verify
-from perfguard.errors import Interrupted, PerfguardError
+from perfguard.errors import Interrupted, PerfguardError, error_for
 
 
 class _Error(click.ClickException):
@@ -45,6 +47,14 @@ class _Commands(click.Group):
             raise _Error(exc) from exc
         except KeyboardInterrupt:  # outside a measurement (which says what it kept): 130, not click's 1
             raise _Error(Interrupted("interrupted (Ctrl-C)")) from None
+        except click.ClickException as exc:
+            if exc.exit_code == 1:  # click's default code: never let it read as a regression
+                exc.exit_code = 2
+            raise
+        except (click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            raise _Error(error_for(exc)) from exc
 
 
 @click.group(
@@ -65,8 +75,10 @@ def main() -> None:
     perfguard changes --commit SHA      flag the steps of the baseline branch nobody accepted
     perfguard fidelity                  numbers of a full round against each case measured alone
 
+    \b
     Exit codes: 0 ok, 1 regression or failed verification, 2 usage or environment error,
-    130 / 143 interrupted (Ctrl-C / SIGTERM).
+                70 internal error (a bug in perfguard; the message says where its traceback is),
+                130 / 143 interrupted (Ctrl-C / SIGTERM)
     """
 
 

@@ -18,6 +18,7 @@ EXIT_MEANING = {
     2: "stopped on a usage or environment error (exit 2)",
     130: "was interrupted (Ctrl-C, exit 130); its finished rounds are kept",
     143: "was stopped by SIGTERM (exit 143, a cancelled job); its finished rounds are kept",
+    70: "crashed on an internal error (exit 70)",  # perfguard.errors.EXIT_INTERNAL: a bug
 }
 ERROR_LINE = re.compile(r"^Error: ", re.MULTILINE)
 
@@ -65,7 +66,7 @@ def describe_exit(name: str, code: int, log: str) -> tuple[str, str] | None:
             f"perfguard {name} {EXIT_MEANING[1]}. The job summary and the report artifact show "
             "which benchmark or implementation.",
         )
-    if code in (2, 130, 143):
+    if code in (2, 70, 130, 143):
         return (f"perfguard {name} {EXIT_MEANING[code]}", error_message_from_log(log))
     if code == 127:
         return (

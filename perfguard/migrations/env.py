@@ -12,7 +12,8 @@ from typing import Any
 
 from alembic import context
 
-from perfguard.store.models import Base, UTCDateTime
+from perfguard.store.columns import Checked
+from perfguard.store.models import Base
 
 config = context.config
 connection = config.attributes.get("connection")
@@ -25,8 +26,8 @@ if connection is None:
 
 def _render_item(type_: str, obj: Any, autogen_context: Any) -> str | bool:
     """Write plain SQLAlchemy types into new migrations, so that they never import the models."""
-    if type_ == "type" and isinstance(obj, UTCDateTime):
-        return "sa.DateTime(timezone=True)"
+    if type_ == "type" and isinstance(obj, Checked):  # perfguard.store.columns: the plain type
+        return f"sa.{obj.impl_instance!r}"
     return False
 
 

@@ -24,7 +24,9 @@ from sqlalchemy.orm import aliased
 
 from perfguard.errors import StoreError
 from perfguard.store import Store, resolve
+from perfguard.store.columns import StoredValueError
 from perfguard.store.models import Check, CheckItem, Commit, Machine
+from perfguard.store.store import damaged
 
 #: Run purposes that make up the history of the baseline branch.  ``head`` and ``retry`` runs
 #: belong to a pull request's check, ``calibrate`` runs to calibration; none is a point of history.
@@ -104,6 +106,8 @@ def verdict_marks(store: Store) -> list[VerdictMark]:
     try:
         with store.engine.connect() as connection:
             return [VerdictMark(*row) for row in connection.execute(stmt)]
+    except StoredValueError as exc:
+        raise damaged(exc, store.url, "reading the checks from") from None
     except SQLAlchemyError as exc:
         raise StoreError(
             f"could not read the checks from {store.url}: {exc}",

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.errors import UsageError
+from perfguard.files import check_output_path
 from perfguard.report import backends as backends_view
 from perfguard.report import formatting
 from perfguard.report import ranks as ranks_view
@@ -291,8 +292,7 @@ def build_site(
 
 def _check_out(out: Path) -> None:
     """``out`` must be new, empty, or a previous perfguard site."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out} is a file", hint="pass a directory to --out")
+    check_output_path(out, "site directory", directory=True)
     if out.is_dir() and any(out.iterdir()) and not (out / SITE_MARKER).is_file():
         raise UsageError(
             f"{out} is not empty and holds no perfguard site",

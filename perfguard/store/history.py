@@ -14,7 +14,6 @@ history`` stay fast on large stores.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -273,6 +272,10 @@ def _group(rows: Any) -> list[Series]:
 ) = range(24)
 
 
+#: ``results.params``'s type: decodes the text of ``params_text`` and checks it (perfguard.store.columns).
+_PARAMS = Result.__table__.c.params.type
+
+
 def _make_series(newest: Any, points: list[SeriesPoint]) -> Series:
     params = newest[_PARAMS_TEXT]
     return Series(
@@ -280,7 +283,7 @@ def _make_series(newest: Any, points: list[SeriesPoint]) -> Series:
         machine_label=newest[_MACHINE_LABEL],
         benchmark=newest[_BENCHMARK],
         impl=newest[_IMPL],
-        params=json.loads(params) if isinstance(params, str) else params,
+        params=_PARAMS.decode(params),
         params_key=newest[_PARAMS_KEY],
         metric=newest[_METRIC],
         unit=newest[_UNIT],

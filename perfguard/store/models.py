@@ -11,26 +11,22 @@ comparison across different software can say so.  The schema is versioned by Ale
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import (
-    JSON,
-    Boolean,
-    DateTime,
-    Dialect,
-    Float,
-    ForeignKey,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Text,
-    UniqueConstraint,
-    false,
-)
+from sqlalchemy import Boolean, ForeignKey, Index, MetaData, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
-from sqlalchemy.types import TypeDecorator
+
+from perfguard.store.columns import (
+    StoredFloat,
+    StoredInt,
+    StoredJSON,
+    StoredLongText,
+    StoredText,
+    UTCDateTime,
+    name_columns,
+)
+from perfguard.store.records import DIRECTIONS, METRICS, RESULT_STATUSES
 
 # Named constraints, so that later migrations can drop or alter them by name on every backend
 # (SQLite's batch mode needs names; PostgreSQL would otherwise invent its own).
@@ -43,40 +39,13 @@ NAMING_CONVENTION = {
 }
 
 
-class UTCDateTime(TypeDecorator[datetime]):
-    """A timestamp stored in UTC and always read back timezone-aware.
-
-    SQLite has no time zones: SQLAlchemy writes the wall-clock fields and drops the offset, so
-    ``10:00+02:00`` would sort after ``09:00+00:00``.  Converting to UTC on the way in makes
-    ordering by date correct on every backend, and tagging UTC on the way out makes SQLite and
-    PostgreSQL return the same values.  Naive datetimes are refused by the store before writing.
-    """
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError(f"naive datetime {value!r}: pass a timezone-aware datetime")
-        return value.astimezone(timezone.utc)
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
-
-
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map: ClassVar[dict[Any, Any]] = {
-        dict[str, Any]: JSON,
-        list[Any]: JSON,
-        list[float]: JSON,
-        list[str]: JSON,
+        dict[str, Any]: StoredJSON(dict),
+        list[Any]: StoredJSON(list),
+        list[float]: StoredJSON(list, samples=True),
+        list[str]: StoredJSON(list),
         datetime: UTCDateTime(),
     }
 
@@ -87,9 +56,9 @@ class Machine(Base):
     __tablename__ = "machines"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    key: Mapped[str] = mapped_column(String(255), unique=True)
-    kind: Mapped[str] = mapped_column(String(16))  # "cuda" | "cpu"
-    label: Mapped[str] = mapped_column(String(255))
+    key: Mapped[str] = mapped_column(StoredText(255), unique=True)
+    kind: Mapped[str] = mapped_column(StoredText(16))  # "cuda" | "cpu"
+    label: Mapped[str] = mapped_column(StoredText(255))
     attributes: Mapped[dict[str, Any]]
     first_seen: Mapped[datetime]
 
@@ -102,13 +71,13 @@ class Commit(Base):
     __tablename__ = "commits"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    sha: Mapped[str] = mapped_column(String(96), unique=True)
-    base_sha: Mapped[str] = mapped_column(String(40), index=True)
+    sha: Mapped[str] = mapped_column(StoredText(96), unique=True)
+    base_sha: Mapped[str] = mapped_column(StoredText(40), index=True)
     dirty: Mapped[bool] = mapped_column(Boolean, default=False)
-    branch: Mapped[str | None] = mapped_column(String(255))
+    branch: Mapped[str | None] = mapped_column(StoredText(255))
     parents: Mapped[list[str]]
-    subject: Mapped[str] = mapped_column(Text, default="")
-    author: Mapped[str | None] = mapped_column(String(255))
+    subject: Mapped[str] = mapped_column(StoredLongText(), default="")
+    author: Mapped[str | None] = mapped_column(StoredText(255))
     committed_at: Mapped[datetime]
 
     runs: Mapped[list[Run]] = relationship(back_populates="commit")
@@ -124,16 +93,16 @@ class Run(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     machine_id: Mapped[int] = mapped_column(ForeignKey("machines.id"))
     commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"), index=True)
-    profile: Mapped[str] = mapped_column(String(32))
-    purpose: Mapped[str] = mapped_column(String(16))  # run | baseline | head | retry | calibrate
-    round: Mapped[int] = mapped_column(Integer, default=0)
+    profile: Mapped[str] = mapped_column(StoredText(32))
+    purpose: Mapped[str] = mapped_column(StoredText(16))  # run | baseline | head | retry | calibrate
+    round: Mapped[int] = mapped_column(StoredInt(minimum=0), default=0)
     software: Mapped[dict[str, Any]]  # torch, cuda, cudnn, triton, driver, python, asv, perfguard
     fingerprint: Mapped[dict[str, Any]]  # everything read, including metadata (uuid, hostname)
     settings: Mapped[dict[str, Any]]  # pinned timing settings: SDPA backend, TF32, cuDNN, warm-up
-    command: Mapped[str] = mapped_column(Text, default="")
+    command: Mapped[str] = mapped_column(StoredLongText(), default="")
     started_at: Mapped[datetime]
     finished_at: Mapped[datetime]
-    status: Mapped[str] = mapped_column(String(16), default="complete")
+    status: Mapped[str] = mapped_column(StoredText(16), default="complete")
     # Whether a trusted context measured it (the baseline branch's workflow, a maintainer's
     # `perfguard run`), as opposed to one that ran pull-request code.  Only trusted runs are
     # baselines (docs/ci.md, "Trust model").  The server default is false: a row written by
@@ -157,22 +126,22 @@ class Result(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     # No index of its own: the unique constraint (run_id, benchmark, params_key) serves lookups by run.
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    benchmark: Mapped[str] = mapped_column(String(255))  # asv name
-    impl: Mapped[str] = mapped_column(String(128), index=True)
-    params_key: Mapped[str] = mapped_column(String(512))  # canonical "k=v,k=v" (sorted)
+    benchmark: Mapped[str] = mapped_column(StoredText(255))  # asv name
+    impl: Mapped[str] = mapped_column(StoredText(128), index=True)
+    params_key: Mapped[str] = mapped_column(StoredText(512))  # canonical "k=v,k=v" (sorted)
     params: Mapped[dict[str, Any]]
-    metric: Mapped[str] = mapped_column(String(32))  # time | memory | throughput | efficiency
-    unit: Mapped[str] = mapped_column(String(32))  # seconds | bytes | tokens/s | TFLOP/s
-    direction: Mapped[str] = mapped_column(String(8))  # lower | higher (is better)
+    metric: Mapped[str] = mapped_column(StoredText(32, choices=METRICS))  # time | memory | flops | ...
+    unit: Mapped[str] = mapped_column(StoredText(32))  # seconds | bytes | tokens/s | TFLOP/s
+    direction: Mapped[str] = mapped_column(StoredText(8, choices=DIRECTIONS))  # lower | higher (is better)
     gated: Mapped[bool] = mapped_column(Boolean)
-    status: Mapped[str] = mapped_column(String(16))  # ok | failed | skipped
-    value: Mapped[float | None] = mapped_column(Float)
-    n_samples: Mapped[int] = mapped_column(Integer, default=0)
-    q25: Mapped[float | None] = mapped_column(Float)
-    q75: Mapped[float | None] = mapped_column(Float)
-    method: Mapped[str | None] = mapped_column(String(32))  # cuda-graph | cuda-events | cpu-wall
-    benchmark_version: Mapped[str | None] = mapped_column(String(128))
-    error: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(StoredText(16, choices=RESULT_STATUSES))  # ok | failed | skipped
+    value: Mapped[float | None] = mapped_column(StoredFloat(measured=True))
+    n_samples: Mapped[int] = mapped_column(StoredInt(minimum=0), default=0)
+    q25: Mapped[float | None] = mapped_column(StoredFloat(measured=True))
+    q75: Mapped[float | None] = mapped_column(StoredFloat(measured=True))
+    method: Mapped[str | None] = mapped_column(StoredText(32))  # cuda-graph | cuda-events | cpu-wall
+    benchmark_version: Mapped[str | None] = mapped_column(StoredText(128))
+    error: Mapped[str | None] = mapped_column(StoredLongText())
 
     run: Mapped[Run] = relationship(back_populates="results")
     data: Mapped[ResultData] = relationship(back_populates="result", cascade="all, delete-orphan")
@@ -204,15 +173,15 @@ class Check(Base):
     machine_id: Mapped[int] = mapped_column(ForeignKey("machines.id"), index=True)
     head_commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"))
     base_commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"))
-    baseline_ref: Mapped[str] = mapped_column(String(255))
-    profile: Mapped[str] = mapped_column(String(32))
-    threshold: Mapped[float] = mapped_column(Float)
-    verdict: Mapped[str] = mapped_column(String(16))  # pass | regression | broken
-    exit_code: Mapped[int] = mapped_column(Integer)
+    baseline_ref: Mapped[str] = mapped_column(StoredText(255))
+    profile: Mapped[str] = mapped_column(StoredText(32))
+    threshold: Mapped[float] = mapped_column(StoredFloat())
+    verdict: Mapped[str] = mapped_column(StoredText(16))  # pass | regression | broken
+    exit_code: Mapped[int] = mapped_column(StoredInt(minimum=0))
     summary: Mapped[dict[str, Any]]  # counts per verdict, durations, retries
     environment: Mapped[dict[str, Any]]  # software of both sides and what differs
     config: Mapped[dict[str, Any]]  # thresholds in force
-    command: Mapped[str] = mapped_column(Text, default="")
+    command: Mapped[str] = mapped_column(StoredLongText(), default="")
     created_at: Mapped[datetime]
 
     machine: Mapped[Machine] = relationship()
@@ -228,28 +197,28 @@ class CheckItem(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     check_id: Mapped[int] = mapped_column(ForeignKey("checks.id", ondelete="CASCADE"), index=True)
-    benchmark: Mapped[str] = mapped_column(String(255))
-    impl: Mapped[str] = mapped_column(String(128))
+    benchmark: Mapped[str] = mapped_column(StoredText(255))
+    impl: Mapped[str] = mapped_column(StoredText(128))
     params: Mapped[dict[str, Any]]
-    params_key: Mapped[str] = mapped_column(String(512))
-    metric: Mapped[str] = mapped_column(String(32))
-    unit: Mapped[str] = mapped_column(String(32))
-    direction: Mapped[str] = mapped_column(String(8))
+    params_key: Mapped[str] = mapped_column(StoredText(512))
+    metric: Mapped[str] = mapped_column(StoredText(32, choices=METRICS))
+    unit: Mapped[str] = mapped_column(StoredText(32))
+    direction: Mapped[str] = mapped_column(StoredText(8, choices=DIRECTIONS))
     gated: Mapped[bool] = mapped_column(Boolean)
-    verdict: Mapped[str] = mapped_column(String(16))
-    base_value: Mapped[float | None] = mapped_column(Float)
-    head_value: Mapped[float | None] = mapped_column(Float)
-    ratio: Mapped[float | None] = mapped_column(Float)
-    ci_low: Mapped[float | None] = mapped_column(Float)
-    ci_high: Mapped[float | None] = mapped_column(Float)
-    p_value: Mapped[float | None] = mapped_column(Float)
-    noise: Mapped[float | None] = mapped_column(Float)
-    threshold: Mapped[float] = mapped_column(Float)
-    method: Mapped[str | None] = mapped_column(String(32))
+    verdict: Mapped[str] = mapped_column(StoredText(16))
+    base_value: Mapped[float | None] = mapped_column(StoredFloat())
+    head_value: Mapped[float | None] = mapped_column(StoredFloat())
+    ratio: Mapped[float | None] = mapped_column(StoredFloat())
+    ci_low: Mapped[float | None] = mapped_column(StoredFloat())
+    ci_high: Mapped[float | None] = mapped_column(StoredFloat())
+    p_value: Mapped[float | None] = mapped_column(StoredFloat())
+    noise: Mapped[float | None] = mapped_column(StoredFloat())
+    threshold: Mapped[float] = mapped_column(StoredFloat())
+    method: Mapped[str | None] = mapped_column(StoredText(32))
     retried: Mapped[bool] = mapped_column(Boolean, default=False)
-    base_n: Mapped[int] = mapped_column(Integer, default=0)
-    head_n: Mapped[int] = mapped_column(Integer, default=0)
-    reason: Mapped[str] = mapped_column(Text, default="")
+    base_n: Mapped[int] = mapped_column(StoredInt(minimum=0), default=0)
+    head_n: Mapped[int] = mapped_column(StoredInt(minimum=0), default=0)
+    reason: Mapped[str] = mapped_column(StoredLongText(), default="")
 
     check: Mapped[Check] = relationship(back_populates="items")
 
@@ -266,15 +235,15 @@ class Acceptance(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"), index=True)
-    impl: Mapped[str] = mapped_column(String(128))  # shell glob
-    benchmark: Mapped[str] = mapped_column(String(255))  # shell glob on the name without asv's module
-    metric: Mapped[str | None] = mapped_column(String(32))  # None: every metric
+    impl: Mapped[str] = mapped_column(StoredText(128))  # shell glob
+    benchmark: Mapped[str] = mapped_column(StoredText(255))  # shell glob on the name without asv's module
+    metric: Mapped[str | None] = mapped_column(StoredText(32))  # None: every metric
     params: Mapped[dict[str, Any]]  # {name: glob on the value's text}
-    ceiling: Mapped[float] = mapped_column(Float)  # largest accepted ratio (> 1 = worse)
-    reason: Mapped[str] = mapped_column(Text)
-    source: Mapped[str] = mapped_column(String(16))  # command | trailer
-    author: Mapped[str] = mapped_column(String(255))  # who wrote it (the trailer's commit author)
-    approved_by: Mapped[str | None] = mapped_column(String(255))  # the maintainer who approved a trailer
+    ceiling: Mapped[float] = mapped_column(StoredFloat(finite=True))  # largest accepted ratio (> 1 = worse)
+    reason: Mapped[str] = mapped_column(StoredLongText())
+    source: Mapped[str] = mapped_column(StoredText(16))  # command | trailer
+    author: Mapped[str] = mapped_column(StoredText(255))  # who wrote it (the trailer's commit author)
+    approved_by: Mapped[str | None] = mapped_column(StoredText(255))  # the maintainer who approved a trailer
     trusted: Mapped[bool] = mapped_column(Boolean)
     created_at: Mapped[datetime]
 
@@ -297,20 +266,20 @@ class ChangePoint(Base):
     machine_id: Mapped[int] = mapped_column(ForeignKey("machines.id"), index=True)
     commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"), index=True)
     previous_commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"))
-    profile: Mapped[str] = mapped_column(String(32))
-    benchmark: Mapped[str] = mapped_column(String(255))
-    impl: Mapped[str] = mapped_column(String(128))
+    profile: Mapped[str] = mapped_column(StoredText(32))
+    benchmark: Mapped[str] = mapped_column(StoredText(255))
+    impl: Mapped[str] = mapped_column(StoredText(128))
     params: Mapped[dict[str, Any]]
-    params_key: Mapped[str] = mapped_column(String(512))
-    metric: Mapped[str] = mapped_column(String(32))
-    unit: Mapped[str] = mapped_column(String(32))
-    direction: Mapped[str] = mapped_column(String(8))
-    before: Mapped[float] = mapped_column(Float)  # the previous commit's median
-    after: Mapped[float] = mapped_column(Float)  # this commit's median
-    ratio: Mapped[float] = mapped_column(Float)  # oriented: > 1 is worse
-    threshold: Mapped[float] = mapped_column(Float)
-    reason: Mapped[str] = mapped_column(Text, default="")
-    cause: Mapped[str | None] = mapped_column(Text)  # "torch 2.12.0 → 2.13.0" when software changed
+    params_key: Mapped[str] = mapped_column(StoredText(512))
+    metric: Mapped[str] = mapped_column(StoredText(32, choices=METRICS))
+    unit: Mapped[str] = mapped_column(StoredText(32))
+    direction: Mapped[str] = mapped_column(StoredText(8, choices=DIRECTIONS))
+    before: Mapped[float] = mapped_column(StoredFloat(finite=True))  # the previous commit's median
+    after: Mapped[float] = mapped_column(StoredFloat(finite=True))  # this commit's median
+    ratio: Mapped[float] = mapped_column(StoredFloat())  # oriented: > 1 is worse
+    threshold: Mapped[float] = mapped_column(StoredFloat())
+    reason: Mapped[str] = mapped_column(StoredLongText(), default="")
+    cause: Mapped[str | None] = mapped_column(StoredLongText())  # "torch 2.12.0 → 2.13.0" (software)
     software_changes: Mapped[dict[str, Any]]  # {name: [before, after]}
     acceptance_id: Mapped[int | None] = mapped_column(ForeignKey("acceptances.id"))
     detected_at: Mapped[datetime]
@@ -319,3 +288,7 @@ class ChangePoint(Base):
     commit: Mapped[Commit] = relationship(foreign_keys=[commit_id])
     previous_commit: Mapped[Commit] = relationship(foreign_keys=[previous_commit_id])
     acceptance: Mapped[Acceptance | None] = relationship()
+
+
+# Each checked column learns its name and nullability, for the message about a value it refuses.
+name_columns(Base.metadata)

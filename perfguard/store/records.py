@@ -37,6 +37,13 @@ MEASUREMENT_PURPOSES = ("run", "baseline", "head")
 
 NOTHING_WRITTEN = "nothing was written to the store"
 
+#: The smallest and largest measured amount the store keeps (a sample, a median, a quartile, in the
+#: metric's unit: seconds, bytes, FLOP, tokens/s, TFLOP/s, counts).  Nothing measured falls outside
+#: (a picosecond; 10^18 FLOP or bytes), and inside it every ratio, product and bootstrap of two
+#: amounts stays a finite float: 5e-324 s or 1e308 s would overflow them (``OverflowError``).
+#: Checked when written (``ResultRecord.validate``) and when read (:mod:`perfguard.store.columns`).
+MEASURED_RANGE = (1e-12, 1e18)
+
 
 class RecordError(ValueError):
     """A record that cannot be stored as it is (the store turns it into a StoreError)."""
@@ -219,6 +226,7 @@ class ResultRecord:
                         f"sample {i} is {sample!r}: a {self.metric} sample is a positive amount "
                         f"of {self.unit}"
                     )
+                require_measured(f"sample {i}", sample, self.unit)
             if self.status == "ok" and not self.samples:
                 ignored = self.info.get(IGNORED_SAMPLES) if isinstance(self.info, Mapping) else None
                 if ignored:
@@ -234,6 +242,7 @@ class ResultRecord:
                 raise RecordError(
                     f"{name} is {number!r}: a {self.metric} is a positive amount of {self.unit}"
                 )
+            require_measured(name, number, self.unit)
         if self.status == "ok" and self.value is None:
             raise RecordError("an 'ok' result needs a value (or samples to take the median of)")
         if self.status == "failed" and not self.error:
@@ -511,6 +520,17 @@ def require_text(name: str, value: Any, max_length: int, *, allow_empty: bool = 
         raise RecordError(f"{name} is {len(value)} characters long; the store keeps at most {max_length}")
     if "\x00" in value:  # PostgreSQL refuses NUL in text, SQLite would keep it: refuse on both
         raise RecordError(f"{name} {value[:40]!r} contains a NUL character")
+
+
+def require_measured(name: str, value: float, unit: str) -> None:
+    """``value`` is within :data:`MEASURED_RANGE` (what a measurement can be), or zero (a count:
+    :data:`COUNT_METRICS`; whether zero fits the metric is the caller's check)."""
+    low, high = MEASURED_RANGE
+    if value != 0.0 and not low <= value <= high:
+        raise RecordError(
+            f"{name} is {value!r} {unit}, outside the range of a measured amount ({low:g} to {high:g}): "
+            "not a measurement"
+        )
 
 
 def _choice(name: str, value: Any, choices: Sequence[str]) -> None:

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from perfguard.errors import StoreError
 from perfguard.store import checks, history, probes, regressions, schema
 from perfguard.store import runs as run_queries
+from perfguard.store.columns import StoredValueError
 from perfguard.store.engine import READ_ONLY_HINT, WRITE_OPTION, create, explain
 from perfguard.store.models import Commit, Machine, Result
 from perfguard.store.records import (
@@ -532,6 +533,8 @@ class Store:
                 session.connection(execution_options={WRITE_OPTION: True})
                 yield session
                 session.commit()
+        except StoredValueError as exc:
+            raise damaged(exc, self.url, doing) from None
         except SQLAlchemyError as exc:
             error = explain(exc, self._url, doing, read_only=self.read_only)
             raise StoreError(f"{error.message}; {NOTHING_WRITTEN}", hint=error.hint) from exc
@@ -541,8 +544,20 @@ class Store:
         try:
             with Session(self._engine) as session:
                 yield session
+        except StoredValueError as exc:
+            raise damaged(exc, self.url, doing) from None
         except SQLAlchemyError as exc:
             raise explain(exc, self._url, doing, read_only=self.read_only) from exc
+
+
+def damaged(error: StoredValueError, url: str, doing: str) -> StoreError:
+    """A value the store holds that perfguard cannot use (:mod:`perfguard.store.columns`)."""
+    return StoreError(
+        f"{doing} {url} stopped at a value perfguard cannot use: {error}",
+        hint="the store was changed outside perfguard, is damaged, or holds values an older perfguard "
+        "wrote that this one refuses: restore it from a backup, or delete that row (and the run or "
+        "check it belongs to) with sqlite3 / psql",
+    )
 
 
 def _not_readable(store_url: StoreURL, state: schema.SchemaState) -> StoreError:

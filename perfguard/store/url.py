@@ -183,6 +183,36 @@ def default_url(cwd: Path | None = None) -> URL:
     return URL.create("sqlite+pysqlite", database=str(repo_root(cwd) / DEFAULT_RELATIVE_PATH))
 
 
+# Linux's limits (NAME_MAX, PATH_MAX): beyond them every file call fails with ENAMETOOLONG.
+_MAX_NAME_BYTES = 255
+_MAX_PATH_BYTES = 4095
+
+
+def _check_sqlite_path(url: URL) -> None:
+    """Refuse a SQLite file name no file call can take: a NUL byte (``%00``), a name over 255 bytes
+    or a path over 4095 (said here, once, instead of as a crash in whichever call meets it first)."""
+    database = url.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return
+    hint = "fix the path in --db (or PERFGUARD_DB): sqlite:///relative.db, sqlite:////absolute/path.db"
+    if "\x00" in database:
+        raise StoreError(f"the SQLite path in {mask(url)!r} contains a NUL byte (%00)", hint=hint)
+    encoded = os.fsencode(database)
+    longest = max(encoded.split(b"/"), key=len)
+    if len(longest) > _MAX_NAME_BYTES:
+        raise StoreError(
+            f"a name in the SQLite path of --db is {len(longest)} bytes long "
+            f"({os.fsdecode(longest[:40])}...); a file or directory name may have at most {_MAX_NAME_BYTES}",
+            hint=hint,
+        )
+    if len(encoded) > _MAX_PATH_BYTES:
+        raise StoreError(
+            f"the SQLite path in --db is {len(encoded)} bytes long; a path may have at most "
+            f"{_MAX_PATH_BYTES}",
+            hint=hint,
+        )
+
+
 def resolve(
     url: str | URL | None = None,
     *,
@@ -216,6 +246,8 @@ def resolve(
             hint=_HINT_URL,
         )
     driver = driver or _DEFAULT_DRIVER[backend]
+    if backend == "sqlite":
+        _check_sqlite_path(parsed)
     if driver in _ASYNC_DRIVERS:
         raise StoreError(
             f"the async driver {driver!r} in {mask(parsed)} cannot be used: perfguard talks to the "
