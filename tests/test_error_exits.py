@@ -398,7 +398,18 @@ def run_check(repo: Path, url: str, *extra: str) -> subprocess.CompletedProcess[
     from tests.helpers.project import perfguard
 
     return perfguard(
-        repo, "check", "--baseline", "main", "--bench", BENCH, "--no-verify", *extra, db=url, timeout=300
+        repo,
+        "check",
+        "--baseline",
+        "main",
+        "--bench",
+        BENCH,
+        "--no-verify",
+        "--rounds",
+        "1",
+        *extra,
+        db=url,
+        timeout=300,
     )
 
 
