@@ -90,7 +90,7 @@ def changes(
     the two runs (torch, driver, CUDA, cuDNN) is named as the likely cause.
     """
     from perfguard import api
-    from perfguard.cli.output import write_output
+    from perfguard.cli.output import echo, write_output
     from perfguard.errors import UsageError
 
     if list_only:
@@ -112,7 +112,7 @@ def changes(
     markdown = found.to_markdown()
     if markdown_path is not None:
         write_output(markdown_path, markdown)
-    click.echo(markdown.rstrip())
+    echo(markdown.rstrip())
     if exit_code:
         ctx.exit(found.exit_code)
 
