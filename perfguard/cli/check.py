@@ -149,8 +149,8 @@ def _print_verdicts(outcome: CheckOutcome) -> None:
         styles = (style.get(row.verdict) for row in summary.rows)
         console.print(text_table(summary.title, summary.columns, rows, styles=styles, overflow="fold"))
     for line in summary.unstable:  # a sentence a line, not folded: a CI log keeps it greppable
-        console.print(plain(line), style="yellow", soft_wrap=True)
+        console.print(plain(line, keep_newlines=True), style="yellow", soft_wrap=True)
     if summary.also:
-        console.print(plain(summary.also), soft_wrap=True)
+        console.print(plain(summary.also, keep_newlines=True), soft_wrap=True)
     console.print(plain(summary.headline))
     console.print(plain(summary.counts), style="dim")
