@@ -267,10 +267,39 @@ def range_shas(root: Path, base: str, head: str) -> list[str]:
     return shas if head in shas else [*shas, head]
 
 
+@dataclass(frozen=True)
+class Approval:
+    """A maintainer's approval of the ``Perfguard-Accept`` trailers of exactly these commits.
+
+    A maintainer approves a pull request at the commits they saw (a push removes the label), so
+    the approval covers those commits' trailers and nothing else: not a trailer of a commit merged
+    earlier that nobody approved, even where it falls in the same range of history (issue 27).
+    """
+
+    by: str
+    commits: frozenset[str]
+
+    @classmethod
+    def of_pull_request(cls, root: Path, by: str | None, base: str, head: str) -> Approval | None:
+        """``by`` approved the pull request at ``head``: its commits since the merge-base ``base``."""
+        return cls(by, frozenset(range_shas(root, base, head))) if by else None
+
+    @classmethod
+    def of_merge(cls, root: Path, by: str | None, sha: str) -> Approval | None:
+        """``by`` approved the pull request merged as ``sha`` on the baseline branch: the commits that
+        merge brought in (``sha^1..sha``: the squashed commit, or a merge commit and its branch)."""
+        if not by:
+            return None
+        from perfguard.gitrepo import git
+
+        parents = str(git(root, "rev-list", "--parents", "-n", "1", sha)).split()[1:]
+        return cls(by, frozenset(range_shas(root, parents[0], sha) if parents else [sha]))
+
+
 def trailer_acceptances(
-    messages: Iterable[CommitMessage], *, approved_by: str | None
+    messages: Iterable[CommitMessage], *, approval: Approval | None
 ) -> tuple[list[Acceptance], list[Ignored]]:
-    """The trailers of these commits: trusted when ``approved_by`` names the approving maintainer."""
+    """The trailers of these commits: trusted where ``approval`` covers their commit, else ignored."""
     found: list[Acceptance] = []
     ignored: list[Ignored] = []
     for commit in messages:
@@ -281,34 +310,38 @@ def trailer_acceptances(
             except AcceptError as exc:
                 ignored.append(Ignored(commit.sha, value, exc.format_message().replace("\n", " ")))
                 continue
-            record = spec.record(
-                source="trailer",
-                author=commit.author,
-                trusted=approved_by is not None,
-                approved_by=approved_by,
-            )
-            acceptance = Acceptance.of(record, commit.sha)
-            if approved_by is None:
-                ignored.append(
-                    Ignored(
-                        commit.sha,
-                        value,
-                        "written in the pull request's own commit and not approved by a maintainer "
-                        "(the approval label, docs/living-with-regressions.md)",
-                    )
+            if approval is None:
+                ignored.append(Ignored(commit.sha, value, _UNAPPROVED))
+                continue
+            if commit.sha not in approval.commits:
+                why = (
+                    f"{approval.by}'s approval covers the commits of the pull request they approved, "
+                    "not this one (approve the pull request that brought it in)"
                 )
-            else:
-                found.append(acceptance)
+                ignored.append(Ignored(commit.sha, value, why))
+                continue
+            record = spec.record(
+                source="trailer", author=commit.author, trusted=True, approved_by=approval.by
+            )
+            found.append(Acceptance.of(record, commit.sha))
     return found, ignored
 
 
+_UNAPPROVED = (
+    "written in the pull request's own commit and not approved by a maintainer "
+    "(the approval label, docs/living-with-regressions.md)"
+)
+
+
 def find_acceptances(
-    root: Path, store: Store | None, base: str, head: str, *, approved_by: str | None = None
+    root: Path, store: Store | None, base: str, head: str, *, approval: Approval | None = None
 ) -> Found:
     """Every acceptance that applies to the commits ``base..head``: stored ones and trailers.
 
     ``store``: the *trusted* history store (an untrusted check's baseline store, opened read-only);
     acceptances of a results store written by code under review must never be passed here.
+    ``approval``: whose approval makes the trailers of which commits trusted; a trailer of a
+    commit it does not cover is ignored, with why.
     ``head`` may be a dirty key (``<sha>+dirty.<hash>``): its commit's range is used.
     """
     head_commit = head.split("+dirty.", 1)[0]
@@ -322,7 +355,7 @@ def find_acceptances(
             else:
                 ignored.append(Ignored(stored.sha, acceptance.describe(), "stored as untrusted"))
     from_trailers, unapproved = trailer_acceptances(
-        commit_messages(root, base, head_commit), approved_by=approved_by
+        commit_messages(root, base, head_commit), approval=approval
     )
     return Found(tuple(trusted + from_trailers), tuple(ignored + unapproved))
 

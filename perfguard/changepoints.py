@@ -310,12 +310,13 @@ def detect(
 ) -> Detection:
     """Compare a recorded commit with the history of its machine key; store and return the steps.
 
-    ``approved_by``: the maintainer who approved the ``Perfguard-Accept`` trailers of the commits
-    in ``previous..sha`` (the workflow passes it only after checking the approval label's actor);
-    those acceptances are recorded at ``sha``, the commit that brought them into the branch.
+    ``approved_by``: the maintainer who approved the pull request merged as ``sha`` (the workflow
+    passes it only after checking the approval label's actor): the trailers of the commits that
+    merge brought in (``sha^1..sha``) are trusted and recorded at ``sha``; a trailer of any other
+    commit in ``previous..sha`` (one merged earlier, never recorded) is ignored, with why.
     Raises :class:`UsageError` (exit 2) when ``sha`` has no recorded run on this machine key.
     """
-    from perfguard.accept import Acceptance, Found, apply_acceptances, find_acceptances
+    from perfguard.accept import Acceptance, Approval, Found, apply_acceptances, find_acceptances
     from perfguard.compare import SuiteComparison, Verdict, compare_suite, measurements_from_rounds
     from perfguard.gitrepo import commit_info
     from perfguard.measuring import commit_record
@@ -361,8 +362,10 @@ def detect(
         if against is not None and against > 1.0 + item.threshold:
             steps.append(item)
     changes = software_changes(store, machine_key, previous, sha, profile)
-    # acceptances of previous..sha: stored (trusted) ones, and trailers a maintainer approved
-    found = find_acceptances(root, store, previous, sha, approved_by=approved_by)
+    # acceptances of previous..sha: stored (trusted) ones, and the trailers of the commits that the
+    # approved pull request merged (sha^1..sha); an earlier commit's trailer is not approved by it
+    approval = Approval.of_merge(root, approved_by, sha)
+    found = find_acceptances(root, store, previous, sha, approval=approval)
     trusted = list(found.trusted)
     approved = [a for a in trusted if a.source == "trailer"]
     if approved:

@@ -90,7 +90,7 @@ def run_check(
     trailers (the workflow passes it only when a maintainer applied the label); without it only the
     acceptances stored in the trusted history store count (docs/living-with-regressions.md).
     """
-    from perfguard.accept import apply_acceptances, find_acceptances
+    from perfguard.accept import Approval, apply_acceptances, find_acceptances
     from perfguard.gitrepo import merge_base, rev_parse, work_tree
     from perfguard.tree_state import describe
 
@@ -123,8 +123,9 @@ def run_check(
     # 1. baselines first, before any code under review runs; only trusted runs are baselines
     base_stored = bench.stored_rounds(base_sha, trusted_only=True)
     head_stored = [] if (fresh or same_commit) else bench.stored_rounds(head.commit.sha, store=bench.store)
+    approval = Approval.of_pull_request(bench.root, accept_approved_by, base_sha, head.commit.sha)
     acceptances = find_acceptances(
-        bench.root, bench.baseline_store, base_sha, head.commit.sha, approved_by=accept_approved_by
+        bench.root, bench.baseline_store, base_sha, head.commit.sha, approval=approval
     )
     # 2. verification of HEAD
     broken = _broken_impls(bench, verify_report, skip=not verify)

@@ -301,20 +301,29 @@ class Cleanup:
     worktrees: list[Path] = field(default_factory=list)
     scratch_dirs: list[Path] = field(default_factory=list)
     kept: list[tuple[Path, str]] = field(default_factory=list)
+    stuck: list[Path] = field(default_factory=list)  # dead processes' worktrees git still lists
 
     def __bool__(self) -> bool:
-        return bool(self.worktrees or self.scratch_dirs)
+        return bool(self.worktrees or self.scratch_dirs or self.stuck)
 
     def describe(self) -> str:
-        """One line for the command's output ("" when nothing was removed)."""
+        """What the command says ("" when there was nothing to clean up): what was removed, and
+        the worktrees that could not be, by name."""
         parts = []
         if self.worktrees:
             parts.append(f"{len(self.worktrees)} git worktree(s)")
         if self.scratch_dirs:
             parts.append(f"{len(self.scratch_dirs)} scratch directory(ies)")
-        if not parts:
-            return ""
-        return f"removed {' and '.join(parts)} left by perfguard processes that were killed"
+        lines = []
+        if parts:
+            lines.append(f"removed {' and '.join(parts)} left by perfguard processes that were killed")
+        if self.stuck:
+            names = ", ".join(str(t) for t in self.stuck)
+            lines.append(
+                f"could not remove {len(self.stuck)} git worktree(s) left by killed perfguard processes: "
+                f"{names} (git worktree unlock, then git worktree remove --force --force)"
+            )
+        return "\n".join(lines)
 
 
 def cleanup_stale(root: Path, *, scratch_parent: Path | None = None) -> Cleanup:
@@ -330,8 +339,10 @@ def cleanup_stale(root: Path, *, scratch_parent: Path | None = None) -> Cleanup:
       :func:`checkout` worktrees (their names carry the pid) and all their processes are dead.
       Anything else (another tool's ``perfguard-*`` directory, a live run) is left alone.
     - Git worktrees of ``root``: those inside a removed scratch directory, those named by
-      :func:`checkout` whose process is dead, and registrations whose directory is gone
-      (``git worktree prune``).
+      :func:`checkout` whose process is dead (unlocked first: a kill inside ``git worktree add``
+      leaves one locked), and registrations whose directory is gone (``git worktree prune``).
+      A worktree counts as removed only once git no longer lists it; one it still lists is in
+      ``stuck``, and the description names it.
     """
     done = Cleanup()
     registered = _worktrees(root)
@@ -347,26 +358,46 @@ def cleanup_stale(root: Path, *, scratch_parent: Path | None = None) -> Cleanup:
             elif isinstance(verdict, str):
                 done.kept.append((entry, verdict))
     dead_dirs_resolved = [d.resolve() for d in dead_dirs]
-    for tree in registered:
-        inside_dead = any(tree.resolve().is_relative_to(d) for d in dead_dirs_resolved)
-        if inside_dead or _checkout_owner_dead(tree):
-            git(root, "worktree", "remove", "--force", str(tree), check=False)
-            if tree.exists():
-                shutil.rmtree(tree, ignore_errors=True)
-            done.worktrees.append(tree)
+    doomed = [
+        tree
+        for tree in registered
+        if any(tree.resolve().is_relative_to(d) for d in dead_dirs_resolved) or _checkout_owner_dead(tree)
+    ]
+    for tree in doomed:
+        # A worktree `git worktree add` was killed in stays locked ("initializing"): git neither
+        # removes nor prunes a locked one, so it is unlocked first (issue 27).
+        git(root, "worktree", "unlock", str(tree), check=False)
+        git(root, "worktree", "remove", "--force", "--force", str(tree), check=False)
+        if tree.exists():
+            shutil.rmtree(tree, ignore_errors=True)
     for directory in dead_dirs:
         shutil.rmtree(directory, ignore_errors=True)  # never follows symlinks (the import shims)
         if not directory.exists():
             done.scratch_dirs.append(directory)
+    gone = [tree for tree in _registrations(root) if not tree.exists() and _checkout_owner_dead(tree)]
+    for tree in gone:  # ours, its directory already gone, but locked: prune skips it otherwise
+        git(root, "worktree", "unlock", str(tree), check=False)
     git(root, "worktree", "prune", check=False)
+    still = set(_registrations(root))
+    for tree in [*doomed, *(t for t in gone if t not in doomed)]:
+        if tree in still:  # said only when true: what git still lists was not removed
+            done.stuck.append(tree)
+        else:
+            done.worktrees.append(tree)
     return done
+
+
+def _registrations(root: Path) -> list[Path]:
+    """Every linked worktree git lists for ``root``'s repository (not the main one), even where
+    its directory is gone."""
+    out = _text(root, "worktree", "list", "--porcelain", check=False)
+    paths = [Path(line[len("worktree ") :]) for line in out.splitlines() if line.startswith("worktree ")]
+    return paths[1:]
 
 
 def _worktrees(root: Path) -> list[Path]:
     """The linked worktrees of ``root``'s repository that still exist (not the main one)."""
-    out = _text(root, "worktree", "list", "--porcelain", check=False)
-    paths = [Path(line[len("worktree ") :]) for line in out.splitlines() if line.startswith("worktree ")]
-    return [p for p in paths[1:] if p.exists()]
+    return [p for p in _registrations(root) if p.exists()]
 
 
 def _scratch_owner_dead(directory: Path) -> bool | str:

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from perfguard.accept import Applied, CommitMessage, apply_acceptances, trailer_acceptances
+from perfguard.accept import Applied, Approval, CommitMessage, apply_acceptances, trailer_acceptances
 from perfguard.compare import Measurement, SuiteComparison, apply_retry, compare_suite
 from perfguard.config import Config
 from perfguard.store import CheckItemRecord, CommitRecord, MachineRecord, ResultRecord, RunRecord, Store
@@ -439,7 +439,8 @@ def _accepted_checks(
     final = SuiteComparison(items=(*facts.planted.items, *work.items))
     for k, (name, (trailers, approved_by)) in enumerate(ACCEPT_SCENARIOS.items()):
         message = CommitMessage(head.sha, PR_AUTHOR, f"{head.subject}\n\n{trailers}")
-        found, ignored = trailer_acceptances([message], approved_by=approved_by)
+        approval = Approval(approved_by, frozenset([head.sha])) if approved_by else None
+        found, ignored = trailer_acceptances([message], approval=approval)
         applied = apply_acceptances(final, found, ignored=ignored)
         items = [CheckItemRecord(**item.as_row()) for item in applied.result.items]
         summary = {

@@ -17,6 +17,7 @@ import pytest
 from perfguard.accept import (
     Acceptance,
     AcceptError,
+    Approval,
     Found,
     Ignored,
     apply_acceptances,
@@ -281,18 +282,24 @@ def test_trailers_of_a_range_are_trusted_only_when_a_maintainer_approved_them(re
     messages = commit_messages(repo, base, third)
     assert messages[0].sha == first and len(messages) == 3
 
-    trusted, ignored = trailer_acceptances(messages, approved_by=None)
+    trusted, ignored = trailer_acceptances(messages, approval=None)
     assert trusted == []
     assert [i.sha for i in ignored] == [first, third]
     assert "not approved by a maintainer" in ignored[0].why
     assert "neither NAME=GLOB nor the ceiling" in ignored[1].why  # a typo is ignored, with why
 
-    trusted, ignored = trailer_acceptances(messages, approved_by="maint")
+    approval = Approval.of_pull_request(repo, "maint", base, third)
+    trusted, ignored = trailer_acceptances(messages, approval=approval)
     [acceptance] = trusted
     assert acceptance.trusted and acceptance.approved_by == "maint" and acceptance.source == "trailer"
     assert acceptance.author == "Pat Author <pat@example.invalid>" and acceptance.sha == first
     assert acceptance.signed == "Pat Author <pat@example.invalid> (approved by maint)"
     assert [i.sha for i in ignored] == [third]
+
+    # An approval of other commits approves none of these (issue 27).
+    trusted, ignored = trailer_acceptances(messages, approval=Approval("maint", frozenset([third])))
+    assert trusted == [] and [i.sha for i in ignored] == [first, third]
+    assert "maint's approval covers the commits of the pull request they approved" in ignored[0].why
 
 
 def test_find_acceptances_reads_the_range_from_the_trusted_store(repo: Path, tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.accept import Applied, apply_acceptances, find_acceptances
+from perfguard.accept import Applied, Approval, apply_acceptances, find_acceptances
 from perfguard.gate import run_check
 from perfguard.gitrepo import merge_base, rev_parse
 from perfguard.measuring import QuietReporter, commit_record, open_bench
@@ -86,7 +86,8 @@ def check(project: Project, branch: str, *, approved_by: str | None = None, trus
     ) as bench:
         head = rev_parse(bench.root, "HEAD")
         base = merge_base(bench.root, rev_parse(bench.root, "main"), head)
-        found = find_acceptances(bench.root, bench.baseline_store, base, head, approved_by=approved_by)
+        approval = Approval.of_pull_request(bench.root, approved_by, base, head)
+        found = find_acceptances(bench.root, bench.baseline_store, base, head, approval=approval)
         run_check(bench, "main", rounds=1, verify=False)
         first = compare_suite(
             measurements_from_rounds(bench.stored_rounds(base)),

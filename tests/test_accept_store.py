@@ -7,6 +7,7 @@ acceptance recorded at a flagged commit accepts the steps it covers, within its 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -160,3 +161,93 @@ def test_measured_shas_answers_in_one_query(store: Store) -> None:
     assert store.measured_shas(MACHINE.key, "quick", shas) == set()
     assert store.measured_shas("cpu:other", "production", shas) == set()
     assert store.measured_shas(MACHINE.key, "production", []) == set()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'history.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def test_writers_at_the_same_moment_store_each_acceptance_and_step_once(db_url: str) -> None:
+    """Issue 27: 6 writers record the same 15 acceptances and 15 steps of one commit at once (the
+    baseline workflow re-run, two runners): none fails, and each is stored once."""
+    Store.open(db_url).close()  # the schema, before the writers race
+    writers = 6
+    records = [acceptance(reason=f"reason {k}", ceiling=1.5 + k / 10) for k in range(15)]
+    points = [
+        step(OPS, 2.0, params={"impl": "dilated", "seq_len": 512 * (k + 1)}, params_key="") for k in range(15)
+    ]
+    barrier = threading.Barrier(writers)
+    errors: list[StoreError] = []
+
+    def write() -> None:
+        with Store.open(db_url) as store:
+            barrier.wait()
+            for point, record in zip(points, records, strict=True):
+                try:
+                    store.record_change_points(MACHINE, commit(5), commit(4), profile="production",
+                                               points=[point])  # fmt: skip
+                except StoreError as exc:  # every writer's failures are reported below
+                    errors.append(exc)
+                try:
+                    store.record_acceptances(commit(5), [record])
+                except StoreError as exc:
+                    errors.append(exc)
+
+    threads = [threading.Thread(target=write) for _ in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    with Store.open(db_url) as store:
+        assert len(store.acceptances()) == 15
+        stored = store.change_points()
+    assert len(stored) == 15 and all(p.acceptance is not None for p in stored)
+
+
+def test_the_migration_merges_acceptances_stored_twice(db_url: str) -> None:
+    """A store written before 0004 may hold the same acceptance twice: the upgrade keeps the oldest,
+    points its change points at it, and gives it the identity new writes compute."""
+    import sqlalchemy as sa
+    from alembic import command
+
+    from perfguard.store.regressions import acceptance_identity
+    from perfguard.store.schema import alembic_config
+
+    record = acceptance(params={"seq_len": "512"})
+    with Store.open(db_url) as store:
+        [first] = store.record_acceptances(commit(5), [record, acceptance(reason="another")])[:1]
+        store.record_change_points(
+            MACHINE, commit(5), commit(4), profile="production", points=[step(OPS, 2.0)]
+        )
+        config = alembic_config()
+        with store.engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0003")
+            columns = ("commit_id, impl, benchmark, metric, params, ceiling, reason, source, author, "
+                       "approved_by, trusted, created_at")  # fmt: skip
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO acceptances ({columns}) SELECT {columns} FROM acceptances "
+                    f"WHERE id = {first.id}"
+                )
+            )  # fmt: skip  (the same, stored twice)
+            twice = max(conn.execute(sa.text("SELECT id FROM acceptances")).scalars())
+            conn.execute(sa.text(f"UPDATE change_points SET acceptance_id = {twice}"))
+    with Store.open(db_url) as store:
+        assert store.migrated_from == "0003"
+        assert sorted((a.id, a.reason) for a in store.acceptances()) == [
+            (first.id, "exact pass"), (first.id + 1, "another")
+        ]  # fmt: skip
+        [point] = store.change_points()
+        assert point.acceptance is not None and point.acceptance.id == first.id
+        [again] = store.record_acceptances(commit(5), [record])
+        assert again.id == first.id  # the identity the migration computed is the one writes compute
+        with store.engine.connect() as conn:
+            identity = conn.execute(
+                sa.text(f"SELECT identity FROM acceptances WHERE id = {first.id}")
+            ).scalar()
+    assert identity == acceptance_identity(record)

@@ -220,6 +220,63 @@ def test_a_trailer_counts_on_the_baseline_branch_only_when_approved(main: Main, 
     assert acceptance.author == "Pat Author <pat@example.invalid>"
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'history.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def test_an_approval_covers_only_the_commits_of_the_pull_request_it_approved(
+    tmp_path: Path, db_url: str
+) -> None:
+    """Issue 27: the approval of the PR merged as M must not approve a trailer merged before it.
+
+    main: c0 (recorded) -> c1, a squashed PR whose trailer nobody approved (``* * <=100``; its
+    baseline run was lost) -> M, the merge of an approved PR whose branch commit b1 carries a
+    trailer for the forward time only, and which doubles the aten ops.  ``changes`` at M with
+    the approval compares M with c0, so c1 lies in the range; its trailer stays unapproved, the
+    ops step stays flagged, and only b1's trailer is stored as approved.
+    """
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "code.py").write_text("# c0\n")
+    git(repo, "add", "code.py")
+    git(repo, "commit", "-q", "-m", "c0")
+    c0 = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-b", "feature")
+    (repo / "feature.py").write_text("# b1\n")
+    git(repo, "add", "feature.py")
+    git(repo, "commit", "-q", "-m", 'b1\n\nPerfguard-Accept: dilated Forward.* <=1.1 "the approved one"')
+    b1 = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    (repo / "code.py").write_text("# c1\n")
+    git(repo, "commit", "-q", "-am", 'c1 (#1)\n\nPerfguard-Accept: * * <=100 "nobody approved this"')
+    c1 = git(repo, "rev-parse", "HEAD")
+    git(repo, "merge", "-q", "--no-ff", "-m", "Merge pull request #2 from feature", "feature")
+    merge = git(repo, "rev-parse", "HEAD")
+    with Store.open(db_url) as store:
+        store.record_runs(MACHINE, commit_record(repo, c0), runs(10, 433, "2.13.0", seed=0))
+        store.record_runs(MACHINE, commit_record(repo, merge), runs(10, 866, "2.13.0", seed=1))
+    result = perfguard(repo, "changes", "--commit", merge, "--machine", KEY, "--profile", "quick",
+                       "--json", str(tmp_path / "m.json"), "--exit-code", "--accept-approved-by", "maint",
+                       db=db_url)  # fmt: skip
+    document = json.loads((tmp_path / "m.json").read_text())
+    assert document["previous"] == c0 and document["between"] == 2
+    assert result.returncode == 1, result.stdout + result.stderr  # the ops step is not accepted
+    [step] = document["steps"]
+    assert step["benchmark"] == OPS and step["flagged"] and step["acceptance"] is None
+    [ignored] = document["ignored_acceptances"]
+    assert ignored["sha"] == c1 and ignored["text"].startswith("* * <=100")
+    assert "maint's approval covers the commits of the pull request they approved" in ignored["why"]
+    with Store.open(db_url) as store:
+        stored = store.acceptances([c0, c1, b1, merge])
+    assert [(a.sha, a.reason, a.approved_by, a.trusted) for a in stored] == [
+        (merge, "the approved one", "maint", True)
+    ]
+
+
 def test_a_step_across_unrecorded_commits_suggests_the_bisection(main: Main, tmp_path: Path) -> None:
     result, document = changes(main, 10, out=tmp_path)
     assert result.returncode == 0

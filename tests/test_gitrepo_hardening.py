@@ -272,3 +272,44 @@ def test_a_killed_perfguard_run_commit_is_cleaned_up_by_the_next_command(tmp_pat
     assert "left by perfguard processes that were killed" in after.stderr, after.stderr
     assert registered(project) == [] and not any(p.exists() for p in leftovers)
     assert not [p for p in scratch.iterdir() if p.name.startswith("perfguard-")]  # its own is gone too
+
+
+def test_a_locked_worktree_of_a_killed_process_is_removed_for_real(
+    repo: Path, tmp_path: Path, holders: list[subprocess.Popen[str]]
+) -> None:
+    """Issue 27: a kill inside ``git worktree add`` leaves the worktree locked ("initializing");
+    git neither removes nor prunes a locked one, yet "removed 1 git worktree(s)" was printed."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    killed, killed_work, killed_tree = hold_worktree(repo, rev_parse(repo, "HEAD~1"), scratch, holders)
+    subprocess.run(["git", "-C", str(repo), "worktree", "lock", "--reason", "initializing", str(killed_tree)],
+                   check=True)  # fmt: skip
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    # and one whose directory is already gone, locked too, named as checkout() names them with
+    # a pid no process can have
+    pid_max = (
+        int(Path("/proc/sys/kernel/pid_max").read_text())
+        if Path("/proc/sys/kernel/pid_max").exists()
+        else 2**22
+    )
+    ghost = tmp_path / f"worktree-{'a' * 12}-{pid_max + 1}"
+    subprocess.run(
+        ["git", "-C", str(repo), "worktree", "add", "-q", "--detach", str(ghost), "HEAD"], check=True
+    )
+    subprocess.run(["git", "-C", str(repo), "worktree", "lock", str(ghost)], check=True)
+    shutil.rmtree(ghost)
+    assert set(registered_all(repo)) == {killed_tree, ghost}
+
+    done = cleanup_stale(repo, scratch_parent=scratch)
+    assert registered_all(repo) == []  # git lists neither any more
+    assert sorted(done.worktrees) == sorted([killed_tree, ghost]) and done.stuck == []
+    assert done.scratch_dirs == [killed_work] and not killed_tree.exists()
+    assert done.describe().startswith("removed 2 git worktree(s) and 1 scratch directory(ies)")
+
+
+def registered_all(repo: Path) -> list[Path]:
+    """Every linked worktree git lists, even where its directory is gone."""
+    out = subprocess.run(["git", "-C", str(repo), "worktree", "list", "--porcelain"], capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    return [Path(line[9:]) for line in out.splitlines() if line.startswith("worktree ")][1:]

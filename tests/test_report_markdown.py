@@ -395,3 +395,34 @@ def test_underneath_kernels_are_literal_code_and_bad_entries_are_skipped() -> No
     assert len(code) == 2 and code[0].endswith("…") and len(code[0]) == 80
     assert "&lt;" not in code[0] and "<128, 2, ˋgpu_kernel_impl" in code[0]  # literal, backtick replaced
     assert "1.5 → 2.25 ms `flash_fwd_kernel`" in line
+
+
+def test_a_stored_unit_cannot_write_markdown() -> None:
+    """Issue 27: ``unit`` is stored text (a tampered store, a PR's results store); the comment's
+    "before → after" line must show it as text, not as a link or emphasis."""
+    from dataclasses import replace
+    from datetime import datetime, timezone
+
+    from markdown_it import MarkdownIt
+
+    from perfguard.store import StoredCheck, StoredCheckItem, StoredCommit, StoredMachine
+
+    when = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    unit = "[ops](https://evil.example/x) *loud* | `x`"
+    item = StoredCheckItem(id=1, benchmark="bench_attention.Work.track_forward_ops", impl="ring",
+                           params={"impl": "ring"}, params_key="impl=ring", metric="ops", unit=unit,
+                           direction="lower", gated=True, verdict="regression", threshold=0.2,
+                           base_n=1, head_n=1, base_value=100.0, head_value=200.0, ratio=2.0,
+                           reason="ops 100 → 200")  # fmt: skip
+    commit = StoredCommit(id=1, sha="c" * 40, base_sha="c" * 40, committed_at=when, subject="s")
+    check = StoredCheck(
+        id=9, machine=StoredMachine(id=1, key="k", kind="cpu", label="CPU", attributes={}, first_seen=when),
+        head=commit, base=replace(commit, id=2, sha="d" * 40, base_sha="d" * 40), baseline_ref="main",
+        profile="quick", threshold=0.2, verdict="regression", exit_code=1, summary={}, environment={},
+        config={}, command="perfguard check --baseline main", created_at=when, items=(item,),
+    )  # fmt: skip
+    text = render_markdown(check)
+    assert "100 [ops]" not in text and "\\[ops\\]" in text
+    html = MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
+    assert "https://evil.example" not in html.replace("(https://evil.example/x)", "")
+    assert "<em>loud</em>" not in html and "*loud*" in html

@@ -6,6 +6,7 @@ import csv
 import itertools
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,27 @@ def test_commit_labels_never_overlap(n_commits: int) -> None:
         assert left >= 0 and left + width <= box.width
     for (_, right), (left, _) in itertools.pairwise(spans):
         assert left - right >= 8, (n_commits, spans)
+
+
+def test_links_in_an_existing_site_are_replaced_never_written_through(tmp_path: Path) -> None:
+    """Issue 27: a previous site whose bench/, data/, static/ (or a page) is a symbolic link had
+    the new files written into the link's target; the links are replaced, the targets untouched."""
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    Store.open(url).close()
+    site = tmp_path / "site"
+    build_site(url, site)
+    outside = tmp_path / "outside"
+    for name in ("bench", "data", "static"):
+        (outside / name).mkdir(parents=True)
+        (outside / name / "keep.txt").write_text("theirs")
+        shutil.rmtree(site / name)
+        (site / name).symlink_to(outside / name, target_is_directory=True)
+    (outside / "page.html").write_text("theirs")
+    (site / "index.html").unlink()
+    (site / "index.html").symlink_to(outside / "page.html")
+    build_site(url, site)
+    for name in ("bench", "data", "static"):
+        assert not (site / name).is_symlink() and (site / name).is_dir()
+        assert sorted(p.name for p in (outside / name).iterdir()) == ["keep.txt"]
+    assert (site / "static" / "perfguard.css").is_file() and (site / "data" / "history.json").is_file()
+    assert not (site / "index.html").is_symlink() and (outside / "page.html").read_text() == "theirs"

@@ -187,6 +187,45 @@ def test_downgrade_to_nothing_and_upgrade_again(store: Store, store_url: str) ->
         record(reopened)
 
 
+def test_a_writer_waits_for_a_lock_as_long_on_both_backends_then_says_why(store_url: str) -> None:
+    """Issue 27: PostgreSQL lock waits had no end (SQLite gives up after its 30 s busy timeout).
+
+    Both wait 30 s by default; with a short wait (the URL's own lock_timeout, or busy_timeout) a
+    write behind a lock held elsewhere fails with a message that says a lock held it up."""
+    from perfguard.store.engine import POSTGRES_LOCK_TIMEOUT_MS, SQLITE_BUSY_TIMEOUT_MS
+
+    assert POSTGRES_LOCK_TIMEOUT_MS == SQLITE_BUSY_TIMEOUT_MS == 30_000
+    postgres = store_url.startswith("postgresql")
+    with Store.open(store_url) as store, store.engine.connect() as conn:
+        setting = "SHOW lock_timeout" if postgres else "PRAGMA busy_timeout"
+        assert str(conn.exec_driver_sql(setting).scalar()) == ("30s" if postgres else "30000")
+    short = (
+        f"{store_url}{'&' if '?' in store_url else '?'}options=-c%20lock_timeout%3D300"
+        if postgres
+        else store_url
+    )
+    with Store.open(short) as store:
+        record(store)
+        holder = store.engine.connect()
+        try:
+            if postgres:
+                holder.begin()
+                holder.exec_driver_sql("LOCK TABLE commits IN ACCESS EXCLUSIVE MODE")
+            else:
+                holder.execution_options(perfguard_write=True).begin()
+                holder.exec_driver_sql("UPDATE commits SET subject = subject")
+                store.engine.pool.dispose()  # new connections get the short wait below
+                event.listen(store.engine, "connect", lambda c, _r: c.execute("PRAGMA busy_timeout = 300"))
+            with pytest.raises(StoreError) as info:
+                record(store, n=99)
+        finally:
+            holder.close()
+    message = info.value.format_message()
+    assert info.value.exit_code == 2
+    expected = ("lock timeout", "pg_stat_activity") if postgres else ("locked", "held the database")
+    assert all(words in message for words in expected), message
+
+
 def test_sqlite_is_set_up_for_concurrent_runners(tmp_path: Path) -> None:
     with Store.open(f"sqlite:///{tmp_path / 'h.db'}") as store, store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"

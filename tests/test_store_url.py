@@ -58,7 +58,7 @@ def test_environment_variable_is_used_when_no_url_is_given(tmp_path: Path, monke
         ("postgres://u:p@db.example/perf", "postgresql+psycopg"),
         ("postgresql+psycopg://u@db.example/perf", "postgresql+psycopg"),
         ("sqlite:///relative.db", "sqlite+pysqlite"),
-        ("sqlite://", "sqlite+pysqlite"),
+        ("sqlite:////abs/history.db", "sqlite+pysqlite"),
     ],
 )
 def test_plain_scheme_maps_to_the_tested_driver(given: str, driver: str) -> None:
@@ -80,6 +80,10 @@ def test_password_is_masked() -> None:
         ("oracle://bob:hunter2@db.example/perf", "unsupported database 'oracle'"),
         ("postgresql+asyncpg://bob:hunter2@db.example/perf", "async driver"),
         ("sqlite+aiosqlite:///x.db", "async driver"),
+        ("sqlite://", "in-memory SQLite database"),
+        ("sqlite:///:memory:", "in-memory SQLite database"),
+        ("sqlite:///file::memory:?cache=shared", "in-memory SQLite database"),
+        ("sqlite:///file:history?mode=memory&cache=shared", "in-memory SQLite database"),
     ],
 )
 def test_unusable_urls_are_refused_before_connecting(given: str, words: str) -> None:
@@ -150,3 +154,20 @@ def test_the_results_store_of_an_untrusted_check(tmp_path: Path, monkeypatch: py
     for value, expected in (("1", True), ("true", True), ("ON", True), ("0", False), ("", False)):
         monkeypatch.setenv("PERFGUARD_UNTRUSTED", value)
         assert untrusted_from_env() is expected
+
+
+def test_an_in_memory_store_is_refused_by_the_cli_with_exit_2(tmp_path: Path) -> None:
+    """Issue 27: ``--db sqlite://`` said "stored" and kept nothing."""
+    import os
+    import sys
+
+    repo = _git_repo(tmp_path / "repo")
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@b.c", "commit", "-q",
+                    "--allow-empty", "-m", "c0"], check=True)  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    for args in (["accept", "dilated", "*", "--max", "1.5", "--reason", "why", "--db", "sqlite://"],
+                 ["history", "--db", "sqlite:///:memory:"]):  # fmt: skip
+        result = subprocess.run([sys.executable, "-m", "perfguard", *args], cwd=repo, env=env,
+                                capture_output=True, text=True, check=False)  # fmt: skip
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "in-memory SQLite database" in result.stderr and "recorded" not in result.stderr

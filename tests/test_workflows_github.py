@@ -8,7 +8,6 @@ does, so "updated in place, never a second comment" is checked on what the serve
 from __future__ import annotations
 
 import json
-import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -330,45 +329,6 @@ Commit subject: Fix #12, approved by @maintainer and @octo/core-team, see GH-7 &
 
 [r]: https://evil.example/ref
 """
-
-
-def _rendered_html(markdown: str) -> str:
-    from markdown_it import MarkdownIt  # rich's Markdown parser: a real CommonMark implementation
-
-    return MarkdownIt("commonmark", {"html": True}).enable("table").render(markdown)
-
-
-def test_neutralize_leaves_no_mention_link_image_or_tag_that_the_pr_wrote() -> None:
-    allowed = gh.allowed_link_prefixes(REPO, RUN_URL)
-    out = gh.neutralize(gh.MARKER + "\n" + HOSTILE_REPORT, allowed_links=allowed)
-    assert out.startswith(gh.MARKER + "\n")
-    html = _rendered_html(out)
-    # Only the repository's own links survive, and no image at all.
-    hrefs = re.findall(r'<a href="([^"]*)"', html)
-    assert RUN_URL in hrefs and all(h.startswith(allowed) for h in hrefs), hrefs
-    assert "<img" not in html and "<script" not in html and '<a href="https://evil' not in html
-    assert "<!--" not in html.split("\n", 1)[1]
-    assert "<details>" in html and "<summary>" in html  # the plain tags reports use stay
-    # No mention, issue reference or autolinkable URL outside the allowed prefixes is left.
-    text = out.split("\n", 1)[1]
-    assert re.search(r"(?<![A-Za-z0-9_`\u2060])@[A-Za-z0-9]", text) is None
-    assert re.search(r"(?<!&)#[0-9]|GH-[0-9]", text) is None
-    urls = re.findall(r"(?i)(?:https?://|www\.)[^\s<>()\[\]]*", text)
-    assert RUN_URL in urls and all(u.startswith(allowed) for u in urls), urls
-    # And it still reads as written: only invisible word joiners were added (entities that spell
-    # a mention or a link are shown decoded).
-    decoded = (
-        HOSTILE_REPORT.replace("&#64;", "@").replace("&#x40;", "@").replace("&commat;", "@")
-        .replace("&lbrack;", "[").replace("&rbrack;", "]").replace("&lpar;", "(").replace("&rpar;", ")")
-    )  # fmt: skip
-    assert text.replace(gh.WORD_JOINER, "") == decoded
-
-
-def test_neutralize_without_the_fix_would_post_it_live() -> None:
-    """The report as it is would notify @maintainer and link out: what W5 was."""
-    html = _rendered_html(HOSTILE_REPORT)
-    assert '<a href="https://evil.example/phish">' in html and "<img" in html
-    assert "@maintainer" in HOSTILE_REPORT
 
 
 def test_a_hostile_report_is_posted_inert_with_githubs_conclusion(

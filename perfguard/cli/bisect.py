@@ -68,7 +68,7 @@ def bisect(
     Prints the culprit with `git show --stat`. Exit 0 found, 2 usage or environment error.
     """
     from perfguard import api
-    from perfguard.cli.output import say, write_output
+    from perfguard.cli.output import echo, say, write_output
     from perfguard.cli.progress import console_reporter
 
     with console_reporter() as reporter:
@@ -91,8 +91,8 @@ def bisect(
     )
     if json_path is not None:
         write_output(json_path, json.dumps(result.to_json(), indent=2) + "\n")
-    click.echo(f"first {'regressing' if direction == 'worse' else 'improving'} commit: {result.culprit}")
+    echo(f"first {'regressing' if direction == 'worse' else 'improving'} commit: {result.culprit}")
     for item in result.culprit_items:
-        click.echo(f"  {item.impl} {item.benchmark.split('.', 1)[-1]} ({item.params_key}): {item.reason}")
-    click.echo("")
-    click.echo(result.stat)
+        echo(f"  {item.impl} {item.benchmark.split('.', 1)[-1]} ({item.params_key}): {item.reason}")
+    echo("")
+    echo(result.stat)

@@ -51,8 +51,9 @@ _path = click.Path(dir_okay=False, path_type=Path)
     envvar="PERFGUARD_ACCEPT_APPROVED_BY",
     default=None,
     metavar="LOGIN",
-    help="Trust the Perfguard-Accept trailers of the new commits: LOGIN, a maintainer, approved them "
-    "(the workflow checks the approval label's actor). Env PERFGUARD_ACCEPT_APPROVED_BY.",
+    help="LOGIN, a maintainer, approved the pull request merged as --commit (the workflow checks the "
+    "approval label's actor): the Perfguard-Accept trailers of the commits that merge brought in "
+    "(COMMIT^1..COMMIT) are trusted, no others. Env PERFGUARD_ACCEPT_APPROVED_BY.",
 )
 @db_option
 @click.option("--json", "json_path", type=_path, default=None, help="Write the steps as JSON here.")
@@ -89,7 +90,7 @@ def changes(
     the two runs (torch, driver, CUDA, cuDNN) is named as the likely cause.
     """
     from perfguard import api
-    from perfguard.cli.output import write_output
+    from perfguard.cli.output import echo, write_output
     from perfguard.errors import UsageError
 
     if list_only:
@@ -111,7 +112,7 @@ def changes(
     markdown = found.to_markdown()
     if markdown_path is not None:
         write_output(markdown_path, markdown)
-    click.echo(markdown.rstrip())
+    echo(markdown.rstrip())
     if exit_code:
         ctx.exit(found.exit_code)
 

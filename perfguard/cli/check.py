@@ -136,9 +136,8 @@ def check(
 
 def _print_verdicts(outcome: CheckOutcome) -> None:
     """What the library's terminal summary holds, in its order: the table, the unstable, the headline."""
-    from rich.text import Text
-
     from perfguard.cli.output import stdout_console, text_table
+    from perfguard.console import plain
 
     summary = outcome.terminal
     assert summary is not None, "perfguard.api.check fills outcome.terminal"
@@ -150,8 +149,8 @@ def _print_verdicts(outcome: CheckOutcome) -> None:
         styles = (style.get(row.verdict) for row in summary.rows)
         console.print(text_table(summary.title, summary.columns, rows, styles=styles, overflow="fold"))
     for line in summary.unstable:  # a sentence a line, not folded: a CI log keeps it greppable
-        console.print(Text(line), style="yellow", soft_wrap=True)
+        console.print(plain(line, keep_newlines=True), style="yellow", soft_wrap=True)
     if summary.also:
-        console.print(Text(summary.also), soft_wrap=True)
-    console.print(Text(summary.headline))
-    console.print(Text(summary.counts), style="dim")
+        console.print(plain(summary.also, keep_newlines=True), soft_wrap=True)
+    console.print(plain(summary.headline))
+    console.print(plain(summary.counts), style="dim")

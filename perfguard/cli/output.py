@@ -1,8 +1,10 @@
 """What the commands print on stdout and write to files: tables of data, and reports.
 
-Names, subjects, errors and reasons are data (an implementation may be called ``[/oops]``): table
-cells are rich ``Text``, never markup.  In a log or a pipe the console is given at least the width
-a command's table needs, so CI logs keep one line per row instead of squeezing it to 80 columns.
+Names, subjects, errors and reasons are data (an implementation may be called ``[/oops]``, a
+reason may hold a terminal escape): table cells are rich ``Text``, never markup, and every cell
+and message goes through :mod:`perfguard.console`, which makes control characters visible.  In a
+log or a pipe the console is given at least the width a command's table needs, so CI logs keep
+one line per row instead of squeezing it to 80 columns.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from perfguard.console import plain, visible
 from perfguard.files import write_atomic
 from perfguard.output_paths import output_path
 
@@ -22,8 +25,14 @@ if TYPE_CHECKING:
 
 
 def say(message: str) -> None:
-    """A message for the user (stderr, plain text)."""
-    click.echo(message, err=True)
+    """A message for the user (stderr, plain text; control characters of stored text made visible,
+    so a reason or a name cannot clear the screen or plant a terminal link)."""
+    click.echo(visible(message, keep_newlines=True), err=True)
+
+
+def echo(text: str) -> None:
+    """Text for stdout (a report, a listing), with control characters made visible like :func:`say`."""
+    click.echo(visible(text, keep_newlines=True))
 
 
 def stdout_console(min_width: int) -> Console:
@@ -53,7 +62,6 @@ def text_table(
     a ``Text`` when it holds data.
     """
     from rich.table import Table
-    from rich.text import Text
 
     table = Table(title=title, title_justify=title_justify)  # type: ignore[arg-type]
     right = set(right)
@@ -62,7 +70,7 @@ def text_table(
     row_styles = iter(styles) if styles is not None else None
     for row in rows:
         style = next(row_styles) if row_styles is not None else None
-        table.add_row(*(Text(cell) for cell in row), style=style)
+        table.add_row(*(plain(cell) for cell in row), style=style)
     return table
 
 

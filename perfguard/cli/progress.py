@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from perfguard.console import visible
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -24,7 +26,8 @@ if TYPE_CHECKING:
 
 
 def say(message: str) -> None:
-    click.echo(message, err=True)
+    """A message on stderr, control characters of stored text made visible (perfguard.console)."""
+    click.echo(visible(message, keep_newlines=True), err=True)
 
 
 class _PlainReporter:
@@ -42,7 +45,7 @@ class _PlainReporter:
         line = (p.done, p.total, p.latest)
         if line != self._last and p.latest:
             total = f"/{p.total}" if p.total else ""
-            click.echo(f"  [{p.done}{total}] {p.latest}", err=True)
+            say(f"  [{p.done}{total}] {p.latest}")
             self._last = line
 
 
@@ -81,10 +84,10 @@ def console_reporter() -> Iterator[object]:
 
     class _BarReporter:
         def say(self, message: str) -> None:
-            bar.console.print(message, markup=False, highlight=False)
+            bar.console.print(visible(message, keep_newlines=True), markup=False, highlight=False)
 
         def progress(self, p: Progress) -> None:
-            bar.update(task, description=escape(p.latest[:100]), completed=p.done, total=p.total)
+            bar.update(task, description=escape(visible(p.latest[:100])), completed=p.done, total=p.total)
 
     with bar:
         yield _BarReporter()

@@ -29,18 +29,22 @@ The workflows in ``.github/workflows/`` call this module as ``python -m perfguar
     the pull request from ``--pr`` or from a merged commit (``--sha``).
 
 Modules: :mod:`~perfguard.github.commands` (workflow commands, ``step``),
-:mod:`~perfguard.github.summary`, :mod:`~perfguard.github.comment`, :mod:`~perfguard.github.changes`,
+:mod:`~perfguard.github.summary`, :mod:`~perfguard.github.comment` (posting),
+:mod:`~perfguard.github.sanitize` (the report made inert), :mod:`~perfguard.github.changes`,
 :mod:`~perfguard.github.approval`, :mod:`~perfguard.github.cli` (the argument parser).
 
-Why the standard library only: ``comment`` runs in the ``comment`` job of ``perfguard-pr.yml``,
-which holds a token with ``pull-requests: write``. It must not install packages and must never run
-code from the pull request, so it checks out the base branch and runs this file with the runner's
-bare ``python3``. The PR number, head commit and the benchmark job's conclusion come from the
-workflow (GitHub's event and job results), never from the artifact. The artifact's Markdown was
-written by a job that ran the PR's code, so it is data that the PR controls: before it is posted
-under the bot's name, :func:`neutralize` makes every @mention, issue reference, link, image and
-HTML tag in it inert (docs/ci.md, "Trust model"), and a line written here, not by the PR, states
-the job's conclusion.
+Why the standard library only (but one pinned parser): ``comment`` runs in the ``comment`` job of
+``perfguard-pr.yml``, which holds a token with ``pull-requests: write``. It must never run code
+from the pull request, so it checks out the base branch and runs this package with the runner's
+bare ``python3``; the one package it installs is markdown-it-py (and its mdurl), pinned by hash in
+``perfguard/github/requirements.txt``, to parse the report.  The other subcommands need nothing
+but the standard library (the parser is imported only when a comment is sanitized). The PR number,
+head commit and the benchmark job's conclusion come from the workflow (GitHub's event and job
+results), never from the artifact. The artifact's Markdown was written by a job that ran the PR's
+code, so it is data that the PR controls: before it is posted under the bot's name,
+:func:`sanitize_markdown` rebuilds it from its CommonMark parse with no @mention, issue reference,
+image, foreign link or HTML but the plain tags reports use (docs/ci.md, "Trust model"), and a line
+written here, not by the PR, states the job's conclusion.
 """
 
 from __future__ import annotations
@@ -64,16 +68,14 @@ from perfguard.github.commands import (
 )
 from perfguard.github.comment import (
     DEFAULT_AUTHOR,
-    WORD_JOINER,
     GitHubError,
     Transport,
-    allowed_link_prefixes,
     find_comment,
     github_transport,
-    neutralize,
     prepare_comment_body,
     upsert_comment,
 )
+from perfguard.github.sanitize import WORD_JOINER, RepositoryLinks, sanitize_markdown
 from perfguard.github.summary import (
     COMMENT_LIMIT,
     MARKER,
@@ -101,10 +103,10 @@ __all__ = [
     "WORD_JOINER",
     "WRITE_PERMISSIONS",
     "GitHubError",
+    "RepositoryLinks",
     "StepRecord",
     "Transport",
     "_parser",
-    "allowed_link_prefixes",
     "approver",
     "code_fence",
     "compose_summary",
@@ -118,12 +120,12 @@ __all__ = [
     "label_applier",
     "main",
     "marker_of",
-    "neutralize",
     "prepare_comment_body",
     "pull_for_commit",
     "read_steps",
     "report_changes",
     "run_step",
+    "sanitize_markdown",
     "step_annotations",
     "truncate_body",
     "upsert_comment",

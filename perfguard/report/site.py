@@ -301,9 +301,17 @@ def _check_out(out: Path) -> None:
 
 
 def _prepare(out: Path) -> None:
-    """Create ``out``, or clear the previous perfguard site there."""
+    """Create ``out``, or clear the previous perfguard site there.
+
+    perfguard writes no symbolic link into a site, so a link in one (``bench/``, ``data/``,
+    ``static/`` or a page pointing elsewhere) was put there by someone else: it is removed, never
+    followed, and the site is written as new files and directories in its place (issue 27).
+    """
     _check_out(out)
     if out.is_dir() and any(out.iterdir()):
+        for entry in out.iterdir():
+            if entry.is_symlink():
+                entry.unlink()
         for child in ("bench", "data", "static"):
             shutil.rmtree(out / child, ignore_errors=True)
         for page in out.glob("*.html"):

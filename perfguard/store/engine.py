@@ -4,7 +4,10 @@ SQLite is set up for several processes on one runner: WAL (readers never block t
 keys on (off by default in SQLite), a busy timeout (a second writer waits instead of failing), and
 writes that take the write lock when they begin (``BEGIN IMMEDIATE``), so that two writers cannot
 both read and then fail to upgrade their lock halfway through a run.  PostgreSQL goes through
-psycopg 3 with a connect timeout, so an unreachable server is an error within seconds, not a hang.
+psycopg 3 with a connect timeout, so an unreachable server is an error within seconds, not a hang,
+and a ``lock_timeout`` as long as SQLite's busy timeout (30 s), so a writer stuck behind another
+process's lock (a hung runner, an open psql transaction) fails with a message that says so
+instead of waiting for ever; ``?options=-c%20lock_timeout=...`` in the URL overrides it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from perfguard.store.url import StoreURL
 # Connection execution option that marks a transaction as a writer (SQLite: BEGIN IMMEDIATE).
 WRITE_OPTION = "perfguard_write"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+POSTGRES_LOCK_TIMEOUT_MS = SQLITE_BUSY_TIMEOUT_MS
+"""How long a write waits for another writer's lock before it gives up, on either backend."""
 POSTGRES_CONNECT_TIMEOUT_S = 10
 
 # errno ENOSPC's text, as SQLite, PostgreSQL and the OS word it.
@@ -81,10 +86,14 @@ def create(store_url: StoreURL, *, read_only: bool = False) -> Engine:
             connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_S
         if "application_name" not in url.query:
             connect_args["application_name"] = "perfguard"
+        given = url.query.get("options", "")
+        given = " ".join(given) if isinstance(given, tuple) else given
+        options = [given] if given else []
+        if "lock_timeout" not in given:  # the URL's own setting wins
+            options.append(f"-c lock_timeout={POSTGRES_LOCK_TIMEOUT_MS}")
         if read_only:
-            given = url.query.get("options", "")
-            given = " ".join(given) if isinstance(given, tuple) else given
-            connect_args["options"] = f"{given} -c default_transaction_read_only=on".strip()
+            options.append("-c default_transaction_read_only=on")
+        connect_args["options"] = " ".join(options)
     try:
         extra: dict[str, Any] = {"creator": creator} if creator is not None else {}
         engine = create_engine(url, json_serializer=_json_dumps, connect_args=connect_args, **extra)
@@ -180,6 +189,12 @@ def explain(exc: BaseException, store_url: StoreURL, doing: str, *, read_only: b
             hint = "check the user name and password in the URL"
         elif "does not exist" in low and "database" in low:
             hint = "create the database first (createdb), or fix its name in the URL"
+        elif "lock timeout" in low:
+            hint = (
+                f"another connection held a lock on the store for longer than the lock timeout "
+                f"({POSTGRES_LOCK_TIMEOUT_MS // 1000} s unless the URL sets lock_timeout): a runner still "
+                "writing, or an open transaction (pg_stat_activity shows it); try again once it is done"
+            )
         elif any(
             s in low
             for s in ("connection refused", "could not connect", "timeout", "timed out", "translate host")

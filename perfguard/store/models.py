@@ -232,9 +232,13 @@ class Acceptance(Base):
     """
 
     __tablename__ = "acceptances"
+    __table_args__ = (Index("uq_acceptances_commit_id_identity", "commit_id", "identity", unique=True),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"), index=True)
+    # SHA-256 of every field below (regressions.acceptance_identity): with the commit, the unique
+    # key that makes recording the same acceptance twice, even at the same moment, store it once
+    identity: Mapped[str] = mapped_column(StoredText(64), server_default="")
     impl: Mapped[str] = mapped_column(StoredText(128))  # shell glob
     benchmark: Mapped[str] = mapped_column(StoredText(255))  # shell glob on the name without asv's module
     metric: Mapped[str | None] = mapped_column(StoredText(32))  # None: every metric

@@ -18,6 +18,8 @@ accepted in the same transaction.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -25,7 +27,7 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
 from perfguard.store.models import Acceptance, ChangePoint, Commit, Machine
@@ -226,34 +228,32 @@ class StoredChangePoint(ChangePointRecord):
 
 
 def insert_acceptances(
-    session: Session, commit_id: int, records: Sequence[AcceptanceRecord], created_at: datetime
+    session: Session,
+    commit_id: int,
+    records: Sequence[AcceptanceRecord],
+    created_at: datetime,
+    dialect: str,
 ) -> list[int]:
     """Insert the acceptances of one commit (an identical one already stored is reused); their ids.
 
-    A trusted acceptance also accepts the flagged change points of the same commit that it covers
-    within its ceiling (a maintainer acknowledging a step after the fact).
+    ``INSERT .. ON CONFLICT DO NOTHING`` on (commit, identity): two writers recording the same
+    acceptance at the same moment store it once.  A trusted acceptance also accepts the flagged
+    change points of the same commit that it covers within its ceiling (a maintainer acknowledging
+    a step after the fact).
     """
     ids = []
     for record in records:
-        existing = session.scalars(
-            select(Acceptance).where(
-                Acceptance.commit_id == commit_id,
-                Acceptance.impl == record.impl,
-                Acceptance.benchmark == record.benchmark,
-                Acceptance.ceiling == float(record.ceiling),
-                Acceptance.reason == record.reason,
-                Acceptance.source == record.source,
-                Acceptance.trusted == record.trusted,
-            )
-        ).all()
-        same = [a for a in existing if _record_of(a) == record]
-        if same:
-            ids.append(same[0].id)
-            continue
-        row = Acceptance(commit_id=commit_id, created_at=created_at, **_acceptance_values(record))
-        session.add(row)
-        session.flush()
-        ids.append(row.id)
+        identity = acceptance_identity(record)
+        values = {"commit_id": commit_id, "identity": identity, "created_at": created_at}
+        session.execute(
+            _insert(dialect, Acceptance)
+            .values(**values, **_acceptance_values(record))
+            .on_conflict_do_nothing(index_elements=["commit_id", "identity"])
+        )
+        row_id = session.scalars(
+            select(Acceptance.id).where(Acceptance.commit_id == commit_id, Acceptance.identity == identity)
+        ).one()
+        ids.append(row_id)
         if record.trusted:
             flagged = session.scalars(
                 select(ChangePoint).where(
@@ -264,8 +264,27 @@ def insert_acceptances(
                 if record.covers(point.impl, point.benchmark, point.metric, point.params) and (
                     point.ratio <= record.ceiling
                 ):
-                    point.acceptance_id = row.id
+                    point.acceptance_id = row_id
     return ids
+
+
+def acceptance_identity(record: AcceptanceRecord) -> str:
+    """SHA-256 of the record's fields as canonical JSON: equal records, equal identity.
+
+    Frozen in migration ``0004``, which computed it for the rows stored before: change both or
+    neither.
+    """
+    text = json.dumps(_acceptance_values(record), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _insert(dialect: str, model: type[Any]) -> Any:
+    """The dialect's ``INSERT`` (with ``on_conflict_do_*``); imported here, as in rows._upsert."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql as sql
+    else:
+        from sqlalchemy.dialects import sqlite as sql  # type: ignore[no-redef]
+    return sql.insert(model)
 
 
 def acceptances(
@@ -296,38 +315,41 @@ def upsert_change_points(
     profile: str,
     points: Sequence[ChangePointRecord],
     detected_at: datetime,
+    dialect: str,
 ) -> list[int]:
-    """Insert the change points of one commit, or update the ones found again (a re-run is idempotent)."""
+    """Insert the change points of one commit, or update the ones found again (a re-run is idempotent).
+
+    One ``INSERT .. ON CONFLICT DO UPDATE`` per series on its unique key (machine, commit,
+    benchmark, params), so two detections of the same commit at the same moment (two runners, a
+    re-run) update one row instead of one of them failing on the key.  An acceptance the row
+    already has is kept when the new finding carries none.
+    """
     ids = []
+    key = ("machine_id", "commit_id", "benchmark", "params_key")
     for record in points:
-        row = session.scalars(
-            select(ChangePoint).where(
+        values = _change_point_values(record)
+        insert = _insert(dialect, ChangePoint).values(
+            machine_id=machine_id,
+            commit_id=commit_id,
+            previous_commit_id=previous_commit_id,
+            profile=profile,
+            detected_at=detected_at,
+            **values,
+        )
+        update = {name: insert.excluded[name] for name in values if name not in key}
+        update["acceptance_id"] = func.coalesce(insert.excluded.acceptance_id, ChangePoint.acceptance_id)
+        update["previous_commit_id"] = insert.excluded.previous_commit_id
+        update["profile"] = insert.excluded.profile
+        session.execute(insert.on_conflict_do_update(index_elements=list(key), set_=update))
+        row_id = session.scalars(
+            select(ChangePoint.id).where(
                 ChangePoint.machine_id == machine_id,
                 ChangePoint.commit_id == commit_id,
                 ChangePoint.benchmark == record.benchmark,
                 ChangePoint.params_key == record.params_key,
             )
-        ).one_or_none()
-        values = _change_point_values(record)
-        if row is None:
-            row = ChangePoint(
-                machine_id=machine_id,
-                commit_id=commit_id,
-                previous_commit_id=previous_commit_id,
-                profile=profile,
-                detected_at=detected_at,
-                **values,
-            )
-            session.add(row)
-        else:
-            keep = row.acceptance_id
-            for name, value in values.items():
-                setattr(row, name, value)
-            row.previous_commit_id = previous_commit_id
-            row.profile = profile
-            row.acceptance_id = values["acceptance_id"] if values["acceptance_id"] is not None else keep
-        session.flush()
-        ids.append(row.id)
+        ).one()
+        ids.append(row_id)
     return ids
 
 
@@ -400,10 +422,6 @@ def _acceptance_values(record: AcceptanceRecord) -> dict[str, Any]:
     values["params"] = dict(record.params)
     values["ceiling"] = float(record.ceiling)
     return values
-
-
-def _record_of(row: Acceptance) -> AcceptanceRecord:
-    return AcceptanceRecord(**{name: getattr(row, name) for name in _ACCEPTANCE_FIELDS})
 
 
 def _stored_acceptance(row: Acceptance, sha: str) -> StoredAcceptance:

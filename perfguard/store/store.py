@@ -399,7 +399,7 @@ class Store:
             check_record(f"acceptance {i} of {len(acceptances)}", record.validate)
         with self._writing("recording an acceptance in") as session:
             commit_id = upsert_commit(session, commit, self.dialect)
-            ids = regressions.insert_acceptances(session, commit_id, acceptances, created_at)
+            ids = regressions.insert_acceptances(session, commit_id, acceptances, created_at, self.dialect)
         with self._reading("reading acceptances from") as session:
             stored = {a.id: a for a in regressions.acceptances(session, ids=ids, trusted_only=False)}
         return [stored[i] for i in ids]
@@ -451,6 +451,7 @@ class Store:
                 profile=profile,
                 points=points,
                 detected_at=detected_at,
+                dialect=self.dialect,
             )
         with self._reading("reading change points from") as session:
             stored = {p.id: p for p in regressions.change_points(session, ids=ids)}

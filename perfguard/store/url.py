@@ -222,9 +222,10 @@ def resolve(
 ) -> StoreURL:
     """Check a URL given by the user (or ``$env_var``, or the default) before connecting.
 
-    ``postgresql://`` and ``postgres://`` mean psycopg 3; ``sqlite://`` means the standard library's
-    sqlite3.  Raises :class:`StoreError` for a malformed URL, a dialect other than SQLite and
-    PostgreSQL, or an async driver.  ``env_var`` and ``default`` (relative to the repository root)
+    ``postgresql://`` and ``postgres://`` mean psycopg 3; ``sqlite:///path`` means the standard
+    library's sqlite3.  Raises :class:`StoreError` (exit 2) for a malformed URL, a dialect other than
+    SQLite and PostgreSQL, an async driver, or an in-memory SQLite database (``sqlite://``), which
+    would say "stored" and keep nothing.  ``env_var`` and ``default`` (relative to the repository root)
     serve :func:`resolve_results`.
     """
     if url is None or url == "":
@@ -254,4 +255,25 @@ def resolve(
             "database synchronously",
             hint=f"use {backend}+{_DEFAULT_DRIVER[backend]}:// (or plain {backend}://)",
         )
+    if backend == "sqlite" and _in_memory(parsed):
+        raise StoreError(
+            f"{mask(parsed)} is an in-memory SQLite database: everything stored in it is lost when the "
+            "command ends",
+            hint="give the store a file: sqlite:///relative/history.db or sqlite:////absolute/history.db "
+            "(or leave --db out for the repository's .perfguard/history.db)",
+        )
     return StoreURL(parsed.set(drivername=f"{backend}+{driver}"))
+
+
+def _in_memory(url: URL) -> bool:
+    """Whether a SQLite URL's database lives in memory only (``sqlite://``, ``:memory:``, URI form)."""
+    database = url.database
+    if database in (None, "", ":memory:"):
+        return True
+    assert database is not None
+    if database.startswith("file:"):
+        name, _, query = database[5:].partition("?")
+        return (
+            name in ("", ":memory:") or "mode=memory" in query.split("&") or url.query.get("mode") == "memory"
+        )
+    return False
