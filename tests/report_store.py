@@ -179,6 +179,7 @@ def build_history_store(path: Path) -> HistoryFacts:
                     started_at=T0 + timedelta(days=i, hours=1),
                     finished_at=T0 + timedelta(days=i, hours=2),
                     results=results,
+                    trusted=True,  # the baseline workflow's runs: the published history (docs/ci.md)
                 )
         # A PR head and a dirty work tree: stored, never history.
         pr = CommitRecord(
