@@ -212,6 +212,7 @@ def test_csv_cells_never_start_a_formula(tmp_path: Path) -> None:
                     method=names["method"],
                 )
             ],
+            trusted=True,  # the site draws trusted runs only
         )
     build_site(url, tmp_path / "site")
     with (tmp_path / "site" / "data" / "history.csv").open(newline="", encoding="utf-8") as fh:
