@@ -133,7 +133,10 @@ def test_the_work_counter_counts_an_eager_higher_order_op_as_one_op_with_its_flo
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # eager flex warns that it is not compiled
         counts = dispatch_counts(lambda: flex_attention(q, k, v, block_mask=mask))
-    assert counts.op_counts == {"higher_order::flex_attention": 1}
+    # the attention is one op, run as it is; its Python wrapper may dispatch a scalar or two (which
+    # ones depends on what this process compiled before), never the dense math inside it
+    assert counts.op_counts["higher_order::flex_attention"] == 1, counts.op_counts
+    assert not [op for op in counts.op_counts if "bmm" in op or "softmax" in op or "matmul" in op]
     assert counts.flops == 4 * 1 * 2 * 128 * 128 * 16  # the registry's SDPA formula: 4·b·h·n²·d
     assert counts.allocated_bytes > 0
 

@@ -83,6 +83,7 @@ def fill(store: Store) -> tuple[list[str], int]:
             started_at=T0 + timedelta(days=i, hours=1),
             finished_at=T0 + timedelta(days=i, hours=2),
             results=_results(i),
+            trusted=True,  # the baseline workflow's runs: what the site draws
         )
     head = commits[STEP_AT]
     # The PR's head was measured by the check with a newer torch: not history, but its environment.
