@@ -285,10 +285,17 @@ def _work_items(base: list[list[ResultRecord]], head: list[list[ResultRecord]], 
 
 
 def _run_records(
-    rounds: list[list[ResultRecord]], purpose: str, start: datetime, *, software: dict[str, str] | None = None
+    rounds: list[list[ResultRecord]],
+    purpose: str,
+    start: datetime,
+    *,
+    software: dict[str, str] | None = None,
+    trusted: bool = True,
 ) -> list[RunRecord]:
+    """Rounds as the README flow stores them: trusted on main (run, A/A check), not for a branch."""
     return [
         RunRecord(
+            trusted=trusted,
             profile="quick",
             purpose=purpose,
             round=k,
@@ -330,9 +337,16 @@ def _check(
         retry_head = measure(
             planted=planted, rng=rng, rounds=config.retry.rounds, impls=tuple(sorted(suspects))
         )
-        store.record_runs(MACHINE, base, _run_records(retry_base, "retry", when - timedelta(minutes=20)))
+        trusted = head.sha == base.sha  # an A/A check on main; a branch's check stores nothing trusted
         store.record_runs(
-            MACHINE, head, _run_records(retry_head, "retry", when - timedelta(minutes=19), software=software)
+            MACHINE, base, _run_records(retry_base, "retry", when - timedelta(minutes=20), trusted=trusted)
+        )
+        store.record_runs(
+            MACHINE,
+            head,
+            _run_records(
+                retry_head, "retry", when - timedelta(minutes=19), software=software, trusted=trusted
+            ),
         )
         result = apply_retry(
             first, _measurements(retry_base, work=False), _measurements(retry_head, work=False), config
@@ -527,7 +541,8 @@ def build_readme_store(
         )
         head_rounds = measure(planted=True, rng=rng, rounds=3, shift=shift)
         when = feature.committed_at + timedelta(minutes=5)
-        store.record_runs(MACHINE, feature, _run_records(head_rounds, "head", when, software=software))
+        head_runs = _run_records(head_rounds, "head", when, software=software, trusted=False)
+        store.record_runs(MACHINE, feature, head_runs)
         facts.planted_id, facts.planted = _check(
             store,
             config,
