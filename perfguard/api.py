@@ -192,6 +192,7 @@ def fidelity(
     profile: str = "auto",
     bench: str | None = None,
     sample: int = 0,
+    alone: str | None = None,
     time_tolerance: float | None = None,
     on_case: Callable[[FidelityReport], None] | None = None,
     reporter: Reporter | None = None,
@@ -208,7 +209,7 @@ def fidelity(
     with _bench(
         reporter, profile_name=profile, bench_regex=bench, db_url=None, cwd=cwd, for_history=False
     ) as b:
-        return fidelity_test(b, sample=sample, time_tolerance=time_tolerance, on_case=on_case)
+        return fidelity_test(b, sample=sample, alone=alone, time_tolerance=time_tolerance, on_case=on_case)
 
 
 # --------------------------------------------------------------------------------------------

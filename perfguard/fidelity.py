@@ -18,6 +18,7 @@ noise on a busy CPU is larger than any bound that would mean something).  Nothin
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -84,6 +85,9 @@ class FidelityReport:
     profile: str
     time_tolerance: float | None
     seconds: dict[str, float] = field(default_factory=dict)
+    #: where each round's time went (the full round first, then each case alone): a case alone costs
+    #: a worker's start-up and discovery on top of its benchmarks, and a run must fit a time limit
+    costs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def disagreeing(self) -> list[FidelityRow]:
@@ -102,6 +106,7 @@ class FidelityReport:
             "time_tolerance": self.time_tolerance,
             "seconds": self.seconds,
             "disagreeing": len(self.disagreeing),
+            "costs": self.costs,
             "rows": [r.as_dict() for r in self.rows],
         }
 
@@ -119,21 +124,46 @@ def sample_cases(cases: Sequence[tuple[str, str]], sample: int) -> list[tuple[st
     return [ordered[int(i * step)] for i in range(sample)]
 
 
+def alone_cases(
+    cases: Sequence[tuple[str, str]], labels: Mapping[tuple[str, str], Sequence[str]], pattern: str
+) -> list[tuple[str, str]]:
+    """The cases any of whose benchmark labels (asv's ``name(param reprs)``) ``pattern`` searches.
+
+    The same syntax as ``--bench``, applied to whole cases: a case is measured alone with all its
+    benchmarks or not at all.  A long selection is split over several runs this way (each with its
+    own full round), e.g. ``--alone "'ring'"`` then ``--alone "'multihead_"``.
+    """
+    try:
+        regex = re.compile(pattern)
+    except re.error as e:
+        raise UsageError(f"--alone {pattern!r} is not a regular expression: {e}") from None
+    chosen = [c for c in cases if any(regex.search(x) for x in labels.get(c, ()))]
+    if not chosen:
+        raise UsageError(
+            f"--alone {pattern!r} matches no case of the round",
+            hint="it is searched in asv's labels, e.g. \"'ring', 4096\" or \"'multihead_\"",
+        )
+    return chosen
+
+
 def fidelity_test(
     bench: Bench,
     *,
     sample: int = 0,
+    alone: str | None = None,
     time_tolerance: float | None = None,
     on_case: Callable[[FidelityReport], None] | None = None,
 ) -> FidelityReport:
     """Measure the selection in one full round, then each sampled case alone; compare (module docstring).
 
-    ``on_case``: called with the report so far after every case measured alone (a run cut short by a
-    time limit keeps what it compared: the CLI rewrites its JSON each time).
+    ``alone``: a regex that picks the cases measured alone (:func:`alone_cases`), then ``sample``
+    spreads over those.  ``on_case``: called with the report so far after every case measured alone
+    (a run cut short by a time limit keeps what it compared: the CLI rewrites its JSON each time).
     """
     from perfguard.compare.model import derived_source
     from perfguard.gitrepo import work_tree
-    from perfguard.suite import selection_regex
+    from perfguard.report.formatting import params_label
+    from perfguard.suite import label, selection_regex
 
     if sample < 0:
         raise UsageError(f"--sample must be 0 (every case) or more, got {sample}")
@@ -151,7 +181,15 @@ def fidelity_test(
     for r in full.results:
         if derived_source(r.benchmark) is None:  # tokens/s and TFLOP/s follow their timing
             by_case.setdefault((r.impl, r.params_key), []).append(r)
-    chosen = sample_cases(list(by_case), sample)
+    cases = list(by_case)
+    if alone is not None:
+        labels = {
+            c: [label(r.benchmark, r.params, r.info.get("param_names")) for r in rs]
+            for c, rs in by_case.items()
+        }
+        cases = alone_cases(cases, labels, alone)
+    chosen = sample_cases(cases, sample)
+    costs = [{"case": "full round", **full.seconds}]
     bench.say(
         f"full round: {len(full.results)} numbers of {len(by_case)} cases in {round_s:.0f} s; "
         f"now {len(chosen)} case(s) alone, each in a fresh process"
@@ -161,18 +199,32 @@ def fidelity_test(
     for n, case in enumerate(chosen, 1):
         in_round = by_case[case]
         selection = [selection_regex(r.benchmark, r.params, r.info.get("param_names")) for r in in_round]
-        alone = bench.runner.run(side.target, bench=selection, label=f"alone {n}/{len(chosen)}: ")
-        measured = {r.key: r for r in alone.results}
+        one = bench.runner.run(side.target, bench=selection, label=f"alone {n}/{len(chosen)}: ")
+        name = f"{case[0]} {params_label(in_round[0].params)}"
+        costs.append({"case": name, **one.seconds})
+        bench.say(f"alone {n}/{len(chosen)}: {name}: {_cost_text(one.seconds)}")
+        measured = {r.key: r for r in one.results}
         rows += [_compare(r, measured.get(r.key), tolerance) for r in in_round]
         seconds = {"round_s": round(round_s, 1), "alone_s": round(time.perf_counter() - alone_s, 1)}
         so_far = FidelityReport(
-            list(rows), n, len(by_case), bench.device, bench.profile.name, tolerance, seconds
+            list(rows), n, len(by_case), bench.device, bench.profile.name, tolerance, seconds, list(costs)
         )
         if on_case is not None:
             on_case(so_far)
     seconds = {"round_s": round(round_s, 1), "alone_s": round(time.perf_counter() - alone_s, 1)}
     return FidelityReport(
-        rows, len(chosen), len(by_case), bench.device, bench.profile.name, tolerance, seconds
+        rows, len(chosen), len(by_case), bench.device, bench.profile.name, tolerance, seconds, costs
+    )
+
+
+def _cost_text(seconds: Mapping[str, Any]) -> str:
+    """``31 s: start-up and discovery 6 s, benchmarks 22 s (work 9 s, timing 8 s, ...)``."""
+    steps = seconds.get("steps_s") or {}
+    top = sorted(steps.items(), key=lambda kv: -kv[1])[:4]
+    detail = ", ".join(f"{k} {v:.1f} s" for k, v in top)
+    return (
+        f"{seconds.get('round_s', 0):.1f} s: start-up and discovery {seconds.get('discovery_s', 0):.1f} s, "
+        f"benchmarks {seconds.get('benchmarks_s', 0):.1f} s" + (f" ({detail})" if detail else "")
     )
 
 

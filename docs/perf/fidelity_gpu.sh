@@ -7,6 +7,7 @@
 #
 # 1. `perfguard fidelity --profile production`: one full round, then all 27 cases alone (JSON and a
 #    Markdown table of every number: 54 gated timings, peak memory, work counts, paths).
+#    ALONE=REGEX measures alone only the cases it picks (--alone), SAMPLE=N spreads N over them.
 # 2. With CUDA_TESTS=1: the CUDA tests of the fallbacks (tests/test_attention_fallbacks.py).
 # Results into $1; a short table last.
 set -u
@@ -22,7 +23,7 @@ if [ "${CUDA_TESTS:-0}" = 1 ]; then
 fi
 t0=$SECONDS
 PERFGUARD_DB="sqlite:////tmp/fidelity.db" timeout "${FIDELITY_TIMEOUT:-520}" python3 -m perfguard fidelity \
-  --profile production ${SAMPLE:+--sample "$SAMPLE"} --json "$out/fidelity.json" --markdown "$out/fidelity.md" \
+  --profile production ${SAMPLE:+--sample "$SAMPLE"} ${ALONE:+--alone "$ALONE"} --json "$out/fidelity.json" --markdown "$out/fidelity.md" \
   > "$out/fidelity.log" 2>&1
 echo "fidelity rc=$? $((SECONDS - t0)) s" >> "$out/summary.txt"
 python3 - "$out/fidelity.json" <<'PY' >> "$out/summary.txt" 2>&1
@@ -30,6 +31,8 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 rows = [r for r in d["rows"] if r["metric"] == "time" and r["ratio"]]
 print(f"cases alone {d['cases']} of {d['cases_in_round']}; seconds {d['seconds']}; disagreeing {d['disagreeing']}")
+for c in d.get("costs") or []:
+    print(f"cost {c['case']}: {c.get('round_s')} s, start-up+discovery {c.get('discovery_s')} s, steps {c.get('steps_s')}")
 if rows:
     ratios = [r["ratio"] for r in rows]
     print(f"timings {len(rows)}: alone/round min {min(ratios):.3f} max {max(ratios):.3f}")

@@ -28,6 +28,14 @@ if TYPE_CHECKING:
     help="Cases measured alone, spread evenly over the selection; 0: every case.",
 )
 @click.option(
+    "--alone",
+    "alone",
+    default=None,
+    metavar="REGEX",
+    help="Measure alone only the cases with a benchmark label this regex searches (like --bench, "
+    "e.g. \"'ring', 4096\"); the round stays the full selection.  Splits a long run over several.",
+)
+@click.option(
     "--time-tolerance",
     type=float,
     default=None,
@@ -45,6 +53,7 @@ def fidelity(
     profile: str,
     bench_regex: str | None,
     sample: int,
+    alone: str | None,
     time_tolerance: float | None,
     json_path: Path | None,
     markdown: Path | None,
@@ -72,6 +81,7 @@ def fidelity(
             profile=profile,
             bench=bench_regex,
             sample=sample,
+            alone=alone,
             time_tolerance=time_tolerance,
             on_case=save,
             reporter=reporter,
