@@ -18,11 +18,11 @@ git log -1 --format='commit %H %s' >> "$out/summary.txt" 2>&1
 date -u +'date %Y-%m-%dT%H:%M:%SZ' >> "$out/summary.txt"
 if [ "${CUDA_TESTS:-0}" = 1 ]; then
   t0=$SECONDS
-  timeout 150 python3 -m pytest -q -rs -p no:cacheprovider -m cuda tests/test_attention_fallbacks.py > "$out/cuda_tests.log" 2>&1
+  timeout 120 python3 -m pytest -q -rs -p no:cacheprovider -m cuda tests/test_attention_fallbacks.py > "$out/cuda_tests.log" 2>&1
   echo "cuda tests rc=$? $((SECONDS - t0)) s" >> "$out/summary.txt"
 fi
 t0=$SECONDS
-PERFGUARD_DB="sqlite:////tmp/fidelity.db" timeout "${FIDELITY_TIMEOUT:-520}" python3 -m perfguard fidelity \
+PERFGUARD_DB="sqlite:////tmp/fidelity.db" timeout "${FIDELITY_TIMEOUT:-$((575 - SECONDS))}" python3 -m perfguard fidelity \
   --profile production ${SAMPLE:+--sample "$SAMPLE"} ${ALONE:+--alone "$ALONE"} --json "$out/fidelity.json" --markdown "$out/fidelity.md" \
   > "$out/fidelity.log" 2>&1
 echo "fidelity rc=$? $((SECONDS - t0)) s" >> "$out/summary.txt"
