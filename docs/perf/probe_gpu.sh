@@ -9,13 +9,15 @@ export TORCHINDUCTOR_CACHE_DIR=/tmp/probe-inductor TRITON_CACHE_DIR=/tmp/probe-t
 for run in cold warm; do
   timeout -s KILL 80 python3 docs/perf/first_call_probe.py multihead_block_sparse_ring 4096 --every 25 --limit 60 \
     > "$out/probe_$run.log" 2>&1
-  echo "probe $run rc=$?" >> "$out/summary.txt"
+  echo "probe $run rc=$?" >> "$out/probe_summary.txt"
 done
 timeout -s KILL 60 python3 docs/perf/first_call_probe.py block_sparse_ring 4096 --every 25 --limit 50 \
   > "$out/probe_core.log" 2>&1
-echo "probe core rc=$?" >> "$out/summary.txt"
+echo "probe core rc=$?" >> "$out/probe_summary.txt"
 unset TORCHINDUCTOR_CACHE_DIR TRITON_CACHE_DIR
 FIDELITY_TIMEOUT=$((585 - SECONDS)) ALONE="${ALONE:-'(multihead_(dilated|improved|ring)|ring)'}" \
   bash docs/perf/fidelity_gpu.sh "$out" > /dev/null 2>&1
-grep -h -v "^ *File\|^  " "$out"/probe_*.log | head -40
-cat "$out/summary.txt"
+for f in "$out"/probe_cold.log "$out"/probe_warm.log "$out"/probe_core.log; do
+  echo "== $f"; grep -v "^  File" "$f" | head -8; grep -m1 -A25 "most recent call first" "$f" | cut -c1-150
+done
+cat "$out/probe_summary.txt" "$out/summary.txt"
