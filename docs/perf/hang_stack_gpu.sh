@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Issue 26: the Python stacks of a case measured alone that does not finish its first
+# forward+backward (docs/perf/fidelity.md).  Runs `perfguard fidelity --alone CASE`, waits until the
+# case alone has been running WAIT seconds, sends SIGABRT to its worker (started with -X faulthandler:
+# every thread's stack goes to the worker's log), copies the log and stops.
+#   bash docs/perf/hang_stack_gpu.sh "$OUT"
+set -u
+out=${1:?usage: hang_stack_gpu.sh OUT_DIR}
+source docs/perf/device_setup.sh
+case_re=${CASE:-"'multihead_dilated', 1024"}
+PERFGUARD_DB="sqlite:////tmp/hang.db" python3 -m perfguard fidelity --profile production --alone "$case_re" \
+  > "$out/fidelity.log" 2>&1 &
+fid=$!
+t0=$SECONDS
+until grep -q "case(s) alone" "$out/fidelity.log" 2>/dev/null; do
+  sleep 1; [ $((SECONDS - t0)) -gt 200 ] && break
+done
+echo "full round done at $((SECONDS - t0)) s" > "$out/hang_summary.txt"
+sleep "${WAIT:-45}"
+pgrep -af perfguard.round_worker >> "$out/hang_summary.txt"
+for pid in $(pgrep -f perfguard.round_worker); do kill -ABRT "$pid"; done
+sleep 3
+i=0
+for f in /tmp/perfguard-*/import-shim-*/worker-*.log; do
+  i=$((i + 1)); cp "$f" "$out/worker-$i.log"
+done
+kill "$fid" 2>/dev/null; sleep 2; pkill -f perfguard 2>/dev/null
+grep -c "alone 1/1" "$out/fidelity.log" >> "$out/hang_summary.txt"
+for f in "$out"/worker-*.log; do
+  echo "== $f"; grep -n -A30 "Current thread" "$f" | cut -c1-160 | head -40
+done
+cat "$out/hang_summary.txt"
