@@ -9,21 +9,23 @@ out=${1:?usage: hang_stack_gpu.sh OUT_DIR}
 source docs/perf/device_setup.sh
 case_re=${CASE:-"'multihead_dilated', 1024"}
 PERFGUARD_DB="sqlite:////tmp/hang.db" python3 -m perfguard fidelity --profile production --alone "$case_re" \
-  > "$out/fidelity.log" 2>&1 &
+  --json "$out/fidelity.json" > "$out/fidelity.log" 2>&1 &
 fid=$!
 t0=$SECONDS
 until grep -q "case(s) alone" "$out/fidelity.log" 2>/dev/null; do
   sleep 1; [ $((SECONDS - t0)) -gt 200 ] && break
 done
 echo "full round done at $((SECONDS - t0)) s" > "$out/hang_summary.txt"
-sleep "${WAIT:-45}"
+sleep "${WAIT:-30}"
 pgrep -af perfguard.round_worker >> "$out/hang_summary.txt"
-for pid in $(pgrep -f perfguard.round_worker); do kill -ABRT "$pid"; done
-sleep 3
 i=0
-for f in /tmp/perfguard-*/import-shim-*/worker-*.log; do
-  i=$((i + 1)); cp "$f" "$out/worker-$i.log"
+for f in /tmp/perfguard-*/import-shim-*/worker-*.log; do  # read through the open file: perfguard deletes it
+  i=$((i + 1)); tail -n +1 -f "$f" > "$out/worker-$i.log" 2>/dev/null &
 done
+sleep 1
+for pid in $(pgrep -f perfguard.round_worker); do kill -ABRT "$pid"; done
+sleep 4
+pkill -f "tail -n +1 -f" 2>/dev/null
 kill "$fid" 2>/dev/null; sleep 2; pkill -f perfguard 2>/dev/null
 grep -c "alone 1/1" "$out/fidelity.log" >> "$out/hang_summary.txt"
 for f in "$out"/worker-*.log; do
