@@ -2,7 +2,8 @@
 # Issue 26: the Python stacks of a case measured alone that does not finish its first
 # forward+backward (docs/perf/fidelity.md).  Runs `perfguard fidelity --alone CASE`, waits until the
 # case alone has been running WAIT seconds, sends SIGABRT to its worker (started with -X faulthandler:
-# every thread's stack goes to the worker's log), copies the log and stops.
+# every thread's stack goes to the worker's log), copies the log and stops.  Before that, the
+# native stacks of every thread (py-spy dump --native) and each thread's kernel wait channel.
 #   bash docs/perf/hang_stack_gpu.sh "$OUT"
 set -u
 out=${1:?usage: hang_stack_gpu.sh OUT_DIR}
@@ -23,7 +24,11 @@ for f in /tmp/perfguard-*/import-shim-*/worker-*.log; do  # read through the ope
   i=$((i + 1)); tail -n +1 -f "$f" > "$out/worker-$i.log" 2>/dev/null &
 done
 sleep 1
-for pid in $(pgrep -f perfguard.round_worker); do kill -ABRT "$pid"; done
+for pid in $(pgrep -f perfguard.round_worker); do  # native stacks (py-spy is carried in .whl/), kernel waits
+  timeout 60 /tmp/site/bin/py-spy dump --native --pid "$pid" > "$out/pyspy-$pid.txt" 2>&1
+  for t in /proc/"$pid"/task/*; do echo "$t $(cat "$t/comm") $(cat "$t/wchan")"; done > "$out/wchan-$pid.txt" 2>&1
+  kill -ABRT "$pid"
+done
 sleep 4
 pkill -f "tail -n +1 -f" 2>/dev/null
 kill "$fid" 2>/dev/null; sleep 2; pkill -f perfguard 2>/dev/null
@@ -31,4 +36,5 @@ grep -c "alone 1/1" "$out/fidelity.log" >> "$out/hang_summary.txt"
 for f in "$out"/worker-*.log; do
   echo "== $f"; grep -n -A30 "Current thread" "$f" | cut -c1-160 | head -40
 done
-cat "$out/hang_summary.txt"
+for f in "$out"/pyspy-*.txt; do echo "== $f"; head -80 "$f" | cut -c1-160; done
+cat "$out"/wchan-*.txt "$out/hang_summary.txt"
