@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfguard.errors import UsageError
+from perfguard.units import format_value
 
 if TYPE_CHECKING:
     from perfguard.accept import Ignored
@@ -214,18 +215,6 @@ def cause_text(changes: Mapping[str, tuple[Any, Any]]) -> str | None:
     """``torch 2.12.0 → 2.13.0, cudnn 9.1 → 9.2`` for the software that can cause a step."""
     named = [f"{name} {changes[name][0]} → {changes[name][1]}" for name in CAUSES if name in changes]
     return ", ".join(named) or None
-
-
-def format_value(value: float, unit: str) -> str:
-    if unit == "seconds":
-        return f"{value * 1e3:.3f} ms" if value < 1 else f"{value:.3f} s"
-    if unit == "bytes":
-        return f"{value / 2**20:.1f} MiB"
-    if abs(value) >= 1e9:
-        return f"{value / 1e9:.4g}G {unit}"
-    if abs(value) >= 1e6:
-        return f"{value / 1e6:.4g}M {unit}"
-    return f"{value:,.4g} {unit}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Any
 
 from perfguard.store.records import RecordError, ResultRecord
 from perfguard.suite import EFFICIENCY, THROUGHPUT, kind_of
+from perfguard.units import format_value
 
 _MAX_INFO_BYTES = 256 * 1024
 _MAX_SAMPLES = 1_000_000
@@ -83,11 +84,7 @@ def progress_text(event: Mapping[str, Any]) -> str:
     value = event.get("value")
     unit = event.get("unit")
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        if unit == "seconds":
-            return f"{short} {value * 1e3:.3f} ms"
-        if unit == "bytes":
-            return f"{short} {value / 2**20:.1f} MiB"
-        return f"{short} {value:g} {unit or ''}".rstrip()
+        return f"{short} {format_value(value, str(unit or ''))}".rstrip()
     return short
 
 

@@ -334,7 +334,7 @@ def test_memory_rule(base: float, head: float, verdict: Verdict) -> None:
 
 def test_memory_reason_and_thresholds() -> None:
     item = compare_sides(memory(100 * MiB), memory(300 * MiB), CONFIG)
-    assert item.reason == "forward peak memory +200 MiB (3.00×), over threshold 1.20 and the 64 MiB floor"
+    assert item.reason == "forward peak memory +200 MiB (3.00×), over threshold 1.20 and the 64.0 MiB floor"
     config = parse_config({"memory_threshold": 0.5, "memory_floor_bytes": "1 GiB"})
     assert compare_sides(memory(1000 * MiB), memory(1400 * MiB), config).verdict is Verdict.UNCHANGED
     assert compare_sides(memory(2000 * MiB), memory(4000 * MiB), config).verdict is Verdict.REGRESSION

@@ -143,9 +143,9 @@ def test_history_table_shows_the_series(filled: Path) -> None:
     assert "dtype=bfloat16,impl=ring,seq_len=1024" in out
     assert sha(3)[:10] in out
     assert "2026-04-04 09:30" in out
-    assert "1.014 ms" in out  # ring's median before the slowdown, in readable units
-    assert "1.522 ms" in out and "+50.0%" in out  # and after
-    assert "4.5 GiB" in out  # memory in bytes shown as GiB
+    assert "1.01 ms" in out  # ring's median before the slowdown, in readable units (perfguard.units)
+    assert "1.52 ms" in out and "+50.0%" in out  # and after
+    assert "4.50 GiB" in out  # memory in bytes shown as GiB
     assert "260 ms" in out  # the CPU series
 
 

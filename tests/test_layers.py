@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1] / "perfguard"
 STAGES: tuple[tuple[str, ...], ...] = (
     (
         "errors",
+        "units",
         "console",
         "files",
         "output_paths",

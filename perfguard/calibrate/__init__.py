@@ -87,7 +87,7 @@ from perfguard.calibrate.protocol import (
     PhaseClock,
     Plan,
 )
-from perfguard.calibrate.report import DILUTION_NOTE, SCHEMA, Calibration, TableData, Tally, format_value
+from perfguard.calibrate.report import DILUTION_NOTE, SCHEMA, Calibration, TableData, Tally
 from perfguard.calibrate.session import BenchMeasurer, calibrate
 
 __all__ = [
@@ -125,7 +125,6 @@ __all__ = [
     "asv_rule",
     "calibrate",
     "check_asv",
-    "format_value",
     "forward_selection",
     "meta_commits",
     "parse_fractions",

@@ -20,6 +20,7 @@ from perfguard.calibrate.planting import PLANTED_BENCHMARK, percent
 from perfguard.calibrate.protocol import Comparison, Findings, PhaseClock, Plan
 from perfguard.compare import Verdict
 from perfguard.config import Config
+from perfguard.units import format_value
 
 #: The ``schema`` of ``perfguard calibrate --json`` (documented in docs/calibration.md).
 SCHEMA = "perfguard-calibration/1"
@@ -87,18 +88,6 @@ class TableData:
     columns: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     notes: tuple[str, ...] = ()
-
-
-def format_value(value: float | None, unit: str) -> str:
-    if value is None:
-        return ""
-    if unit == "seconds":
-        if value < 1e-3:
-            return f"{value * 1e6:.1f} µs"
-        return f"{value * 1e3:.3f} ms" if value < 1 else f"{value:.3f} s"
-    if unit == "bytes":
-        return f"{value / 2**20:.1f} MiB"
-    return f"{value:.4g} {unit}"
 
 
 def _pct(x: float | None, digits: int = 1) -> str:

@@ -100,7 +100,8 @@ def fidelity(
 
 
 def _cells(report: FidelityReport) -> list[tuple[str, ...]]:
-    from perfguard.report.formatting import format_value, metric_label, params_label
+    from perfguard.report.formatting import metric_label, params_label
+    from perfguard.units import format_value
 
     rows = []
     for r in report.rows:

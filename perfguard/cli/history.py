@@ -25,6 +25,7 @@ from perfguard.cli.options import db_option
 from perfguard.console import plain
 from perfguard.files import write_atomic
 from perfguard.output_paths import output_path
+from perfguard.units import format_value
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -138,25 +139,6 @@ def _value(point: SeriesPoint, unit: str) -> Text:
     if point.value is None:
         return plain(point.status, "dim")
     return plain(format_value(point.value, unit))
-
-
-def format_value(value: float, unit: str) -> str:
-    """A number in a readable unit: 1.23 ms, 4.5 GiB, 1.2 M tokens/s."""
-    if unit == "seconds":
-        for scale, name in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
-            if abs(value) >= scale:
-                return f"{value / scale:.4g} {name}"
-        return f"{value / 1e-9:.4g} ns"
-    if unit == "bytes":
-        for scale, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-            if abs(value) >= scale:
-                return f"{value / scale:.4g} {name}"
-        return f"{value:.0f} B"
-    if abs(value) >= 1e6:
-        return f"{value / 1e6:.4g} M {unit}"
-    if abs(value) >= 1e3:
-        return f"{value / 1e3:.4g} k {unit}"
-    return f"{value:.4g} {unit}"
 
 
 def _spread(point: SeriesPoint) -> str:

@@ -21,6 +21,7 @@ from perfguard.cli.options import (
     untrusted_option,
 )
 from perfguard.errors import EXIT_FAILED
+from perfguard.units import format_value
 
 if TYPE_CHECKING:
     from perfguard.store import ResultRecord, RunRecord
@@ -108,13 +109,3 @@ def print_results(runs: list[RunRecord]) -> None:
         "perfguard run", columns, rows, right=("median", "spread", "rounds"), title_justify="center"
     )
     stdout_console(160).print(table)
-
-
-def format_value(value: float, unit: str) -> str:
-    if unit == "seconds":
-        return f"{value * 1e3:.3f} ms" if value < 1 else f"{value:.3f} s"
-    if unit == "bytes":
-        return f"{value / 2**20:.1f} MiB"
-    if unit == "FLOP":
-        return f"{value / 1e9:.4g} GFLOP"
-    return f"{value:.4g} {unit}"

@@ -24,6 +24,7 @@ from perfguard.compare.model import (
     describe,
 )
 from perfguard.config import Config, Rule
+from perfguard.units import format_delta, format_value
 
 _WORDS = {  # metric -> (worse, better) after "N.NN×"
     "time": ("slower", "faster"),
@@ -43,15 +44,6 @@ def _fmt_p(p: float) -> str:
         return f"{p:.2g}"
     mantissa, exponent = f"{p:.0e}".split("e")
     return f"{mantissa}e{int(exponent)}"
-
-
-def _fmt_bytes(b: float) -> str:
-    sign = "-" if b < 0 else "+"
-    b = abs(b)
-    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if b >= size:
-            return f"{sign}{b / size:.1f}".rstrip("0").rstrip(".") + f" {unit}"
-    return f"{sign}{b:.0f} B"
 
 
 def _fmt_ratio(ratio: float, metric: str) -> str:
@@ -280,8 +272,8 @@ def _decide_memory(pair: Pair, config: Config) -> tuple[Verdict, str]:
     floor = config.memory_floor_bytes
     label = describe(pair.head.benchmark, pair.head.metric)
     ratio_text = "from 0" if math.isinf(r) else f"{r:.2f}×"
-    change = f"{label} {_fmt_bytes(h - b)} ({ratio_text})"
-    floor_text = f"{_fmt_bytes(floor)[1:]} floor"
+    change = f"{label} {format_delta(h - b, 'bytes')} ({ratio_text})"
+    floor_text = f"{format_value(floor, 'bytes')} floor"
     if abs(worse_by) <= floor and (r > hi or r < 1 / hi):
         return Verdict.UNCHANGED, f"{change}: within the {floor_text}"
     if r > hi:
@@ -301,24 +293,17 @@ def _decide_work(pair: Pair) -> tuple[Verdict, str]:
     hi = 1.0 + t
     b, h = pair.base.side.median, pair.head.side.median
     label = describe(pair.head.benchmark, pair.head.metric)
+    unit = pair.head.unit
     r = pair.ratio
     if b == h:
-        return Verdict.UNCHANGED, f"{label} {_fmt_count(h)} in both (ratio 1.000)"
+        return Verdict.UNCHANGED, f"{label} {format_value(h, unit)} in both (ratio 1.000)"
     ratio_text = "from 0" if math.isinf(r) else f"{r:.3f}×"
-    change = f"{label} {_fmt_count(b)} → {_fmt_count(h)} ({ratio_text})"
+    change = f"{label} {format_value(b, unit)} → {format_value(h, unit)} ({ratio_text})"
     if r > hi:
         return Verdict.REGRESSION, f"{change}, over threshold {hi:.2f}"
     if r < 1 / hi:
         return Verdict.IMPROVEMENT, f"{change}, beyond threshold {hi:.2f}"
     return Verdict.UNCHANGED, f"{change}, within threshold {hi:.2f}"
-
-
-def _fmt_count(value: float) -> str:
-    if abs(value) >= 1e9:
-        return f"{value / 1e9:.3g}G"
-    if abs(value) >= 1e6:
-        return f"{value / 1e6:.3g}M"
-    return f"{value:,.0f}"
 
 
 def _pair_item(pair: Pair, verdict: Verdict, reason: str, hl: float | None) -> Item:

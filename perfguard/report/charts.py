@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from perfguard.report.formatting import sig3, unit_scale
+from perfguard.units import sig3, unit_scale
 
 #: Tableau 10: distinguishable, and still distinguishable for the common colour-vision deficiencies.
 PALETTE = (

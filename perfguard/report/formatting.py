@@ -1,26 +1,16 @@
-"""Numbers as people read them: values in their unit, ratios, intervals, p-values, short shas.
+"""Words and numbers of the reports: benchmark labels, ratios, intervals, p-values, short shas.
 
-Every report (Markdown, HTML, site) goes through these functions, so "1.23 ms" in the PR comment
-and on the history site is the same string for the same stored number.  Values keep three
-significant digits: enough to see a 20% change, few enough to scan a table.
+Values in their unit come from :mod:`perfguard.units` (one formatter for every output); this
+module holds what only reports say: how a benchmark is named, how a ratio or an interval reads.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from perfguard.suite import short_name
-
-_TIME_STEPS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
-_BYTE_STEPS = ((1024.0**4, "TiB"), (1024.0**3, "GiB"), (1024.0**2, "MiB"), (1024.0, "KiB"), (1.0, "B"))
-_SI_STEPS = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
-#: TFLOP/s below 1 reads better as GFLOP/s ("12.3 GFLOP/s", not "0.0123 TFLOP/s").
-_TFLOPS_STEPS = ((1.0, "TFLOP/s"), (1e-3, "GFLOP/s"), (1e-6, "MFLOP/s"), (1e-9, "kFLOP/s"))
-#: Work metrics counted per call (issue 12): shown as exact integers with thousands separators.
-COUNT_UNITS = frozenset({"aten ops", "kernels"})
 
 #: How a reader names a benchmark (asv name without its module -> words).  Work metrics (issue 12):
 #: ``Work.track_<pass>_<metric>``.
@@ -52,86 +42,6 @@ DERIVED_FROM = {
     "Throughput.track_tokens_per_second": "Forward.track_time",
     "Throughput.track_tflops": "Forward.track_time",
 }
-
-
-def sig3(x: float) -> str:
-    """Three significant digits without scientific notation for everyday magnitudes."""
-    if x == 0 or not math.isfinite(x):
-        return "0" if x == 0 else str(x)
-    digits = max(0, 2 - math.floor(math.log10(abs(x))))
-    text = f"{x:.{digits}f}"
-    # 999.6 rounds to "1000" with 0 decimals: still three significant digits, keep it.
-    return text
-
-
-def unit_scale(unit: str, magnitude: float) -> tuple[float, str]:
-    """The divisor and suffix that show ``magnitude`` (in ``unit``) with a readable prefix.
-
-    Charts call this once with their largest value, so every tick label shares one suffix.
-    """
-    m = abs(magnitude)
-    if unit == "seconds":
-        for factor, suffix in _TIME_STEPS:
-            if m >= factor:
-                return factor, suffix
-        return 1e-9, "ns"
-    if unit == "bytes":
-        for factor, suffix in _BYTE_STEPS:
-            if m >= factor:
-                return factor, suffix
-        return 1.0, "B"
-    if unit == "tokens/s":
-        for factor, prefix in _SI_STEPS:
-            if m >= factor:
-                return factor, f"{prefix} tok/s".strip()
-        return 1.0, "tok/s"
-    if unit == "TFLOP/s":
-        for factor, suffix in _TFLOPS_STEPS:
-            if m >= factor:
-                return factor, suffix
-        return 1e-9, "kFLOP/s"
-    if unit == "FLOP":
-        for factor, prefix in _SI_STEPS:
-            if m >= factor:
-                return factor, f"{prefix}FLOP"
-        return 1.0, "FLOP"
-    return 1.0, unit
-
-
-def format_value(value: float | None, unit: str) -> str:
-    """``0.00123, "seconds"`` -> ``"1.23 ms"``; ``None`` -> an en dash."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if unit in COUNT_UNITS:
-        return f"{round(value):,} {unit}"
-    factor, suffix = unit_scale(unit, value)
-    return f"{sig3(value / factor)} {suffix}".strip()
-
-
-class ValueFormatter:
-    """``format_value`` with the unit prefix and decimals fixed once for a whole series.
-
-    A chart's read-outs then share one suffix and one number of decimals ("52.2 ms", "78.3 ms"),
-    and formatting 200,000 points costs one f-string each.
-    """
-
-    def __init__(self, unit: str, reference: float) -> None:
-        self.factor, self.suffix = unit_scale(unit, reference)
-        scaled = abs(reference) / self.factor if reference else 1.0
-        self.decimals = max(0, 2 - math.floor(math.log10(scaled))) if scaled > 0 else 2
-
-    def number(self, value: float | None) -> str:
-        return "–" if value is None else f"{value / self.factor:.{self.decimals}f}"
-
-    def __call__(self, value: float | None) -> str:
-        return "–" if value is None else f"{value / self.factor:.{self.decimals}f} {self.suffix}".rstrip()
-
-
-def format_amount(value: float | None, unit: str) -> str:
-    """A value whose unit the label already names: counts bare (``1,658``), the rest as ``format_value``."""
-    if value is not None and unit in COUNT_UNITS:
-        return f"{round(value):,}"
-    return format_value(value, unit)
 
 
 def count(n: int, noun: str) -> str:

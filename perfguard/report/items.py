@@ -21,6 +21,7 @@ from typing import Any
 
 from perfguard.report import formatting
 from perfguard.store import StoredCheckItem, StoredCommit
+from perfguard.units import format_value
 
 #: Verdicts in the order a reader needs them (perfguard.compare.Verdict values).
 VERDICT_ORDER = (
@@ -110,7 +111,9 @@ class UnderRow:
         """The change, to precede the name: ``+100 ×``, or for a count that held, ``0.12 → 0.5 ms``."""
         if self.delta or self.base_ms is None or self.head_ms is None:
             return f"{self.delta:+,} ×"
-        return f"{self.base_ms:.3g} → {self.head_ms:.3g} ms"
+        return (
+            f"{format_value(self.base_ms / 1e3, 'seconds')} → {format_value(self.head_ms / 1e3, 'seconds')}"
+        )
 
     @property
     def counts(self) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from itertools import combinations, pairwise
 from typing import Any
 
+from perfguard import units
 from perfguard.report import formatting
 from perfguard.report.items import column_order
 from perfguard.report.series import MachineInfo, Series
@@ -59,7 +60,7 @@ class Crossover:
 
     @property
     def label(self) -> str:
-        return f"≈{formatting.sig3(self.seq_len)}"
+        return f"≈{units.sig3(self.seq_len)}"
 
 
 @dataclass

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from perfguard import units
 from perfguard.report import formatting
 from perfguard.report.queries import VerdictMark
 from perfguard.store import Series as StoreSeries
@@ -301,7 +302,7 @@ def mark_steps(series: Sequence[Series], *, threshold: float, workers: int | Non
                     ratio=ratio,
                     text=(
                         f"{formatting.format_change(ratio)} "
-                        f"({formatting.format_value(v0, s.unit)} → {formatting.format_value(v1, s.unit)}) "
+                        f"({units.format_value(v0, s.unit)} → {units.format_value(v1, s.unit)}) "
                         f"from {at.short}"
                     ),
                 )

@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from perfguard import units
 from perfguard.errors import UsageError
 from perfguard.files import check_output_path
 from perfguard.report import backends as backends_view
@@ -406,7 +407,7 @@ def _chart_view(
         text = "; ".join(f.summary for f in here)
         marks[str(index)] = (marks[str(index)] + "; " if str(index) in marks else "") + text
     values = [p.value for p in pts]
-    fmt = formatting.ValueFormatter(s.unit, sorted(values)[len(values) // 2] if values else 0.0)
+    fmt = units.ValueFormatter(s.unit, sorted(values)[len(values) // 2] if values else 0.0)
     data = {
         "x": [round(x, 1) for x in chart.xs],
         "y": [round(y, 1) for y in chart.ys],
@@ -490,7 +491,7 @@ def _index_rows(
         last = s.last_mark
         row.cells[s.machine.key] = IndexCell(
             series=s,
-            latest=formatting.format_value(latest.value, s.unit),
+            latest=units.format_value(latest.value, s.unit),
             change=change,
             change_class=cls,
             spark=sparkline(s.values),

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from perfguard import units
 from perfguard.report import formatting
 from perfguard.report.series import Series
 from perfguard.store import StoredAcceptance, StoredChangePoint
@@ -58,7 +59,7 @@ def acceptance_text(a: StoredAcceptance) -> str:
 
 def step_change(cp: StoredChangePoint) -> str:
     """``×2.000 worse (10.0 ms → 20.0 ms)``: the ratio is oriented, > 1 is worse."""
-    values = f"{formatting.format_value(cp.before, cp.unit)} → {formatting.format_value(cp.after, cp.unit)}"
+    values = f"{units.format_value(cp.before, cp.unit)} → {units.format_value(cp.after, cp.unit)}"
     return f"{formatting.format_ratio(cp.ratio)} worse ({values})"
 
 

@@ -22,7 +22,7 @@ from importlib import resources
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from perfguard import __version__
+from perfguard import __version__, units
 from perfguard.report import formatting
 
 #: Static assets shipped with the package (copied into the site; inlined into the check report).
@@ -121,8 +121,8 @@ def environment() -> Environment:
         keep_trailing_newline=True,
     )
     env.filters.update(
-        value=formatting.format_value,
-        amount=formatting.format_amount,
+        value=units.format_value,
+        amount=units.format_amount,
         count=formatting.count,
         ratio=formatting.format_ratio,
         change=formatting.format_change,
