@@ -13,22 +13,22 @@
 | ``Work.track_forward_backward_*`` | | the same four for forward + backward |
 | ``Backends.track_time`` | seconds | ``improved``'s forward on each attention kernel (reported) |
 
-Times come from :func:`perfguard.timing.time_call` (CUDA-graph replay where the module can be
+Times come from :func:`perfguard.engine.timing.time_call` (CUDA-graph replay where the module can be
 captured, flushed L2, warm-up as long as the GPU needs, sampling until the median is known
-precisely; process CPU time on the CPU), memory from :func:`perfguard.timing.peak_memory` in its
+precisely; process CPU time on the CPU), memory from :func:`perfguard.engine.timing.peak_memory` in its
 own eager calls before capture (asv's own ``peakmem_`` is host RSS), the work counts from
-:mod:`perfguard.work`.  Every benchmark of one case shares the case's passes
-(:mod:`perfguard.passes`): when perfguard runs a whole round in one process, a case is built and
+:mod:`perfguard.engine.work`.  Every benchmark of one case shares the case's passes
+(:mod:`perfguard.engine.passes`): when perfguard runs a whole round in one process, a case is built and
 first-called once for all its benchmarks.  asv stores one number; the per-call samples, the timing
 method, NVML readings, the configuration and the per-op / per-kernel breakdown of the counts go to
-:mod:`perfguard.measurement`, where perfguard's round worker takes them.  Tokens/s and TFLOP/s are
+:mod:`perfguard.engine.outcomes`, where perfguard's round worker takes them.  Tokens/s and TFLOP/s are
 derived by perfguard from the forward samples and the case's attended-pair work.
 
 **Plain asv** runs this suite unchanged (``python -m asv run -E existing:same``): each benchmark in
 its own process measures its own number.  Parameters come from ``$PERFGUARD_PROFILE``
 (:mod:`perfguard.profiles`) and the registry, at import, without touching CUDA (the device is found
 through NVML).  Cases that cannot run here raise ``NotImplementedError`` (asv: skipped).
-``version`` is explicit (:data:`perfguard.cases.SUITE_VERSION`): results stay comparable across
+``version`` is explicit (:data:`perfguard.engine.cases.SUITE_VERSION`): results stay comparable across
 cosmetic edits of this file, and bumping it makes perfguard re-measure stored baselines.
 """
 
@@ -41,8 +41,9 @@ from typing import Any
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from attention.registry import names
-from perfguard import cases, measurement, passes, profiles, timing
-from perfguard.measurement import Outcome
+from perfguard import profiles
+from perfguard.engine import cases, outcomes, passes, timing
+from perfguard.engine.outcomes import Outcome
 
 DEVICE = cases.device_from_environment()
 PROFILE = profiles.from_environment(cuda=DEVICE == "cuda")
@@ -101,7 +102,7 @@ class _Suite:
         info = {**case.info, **outcome.info, "settings": dict(_SETTINGS), "profile": PROFILE.name}
         info["steps_s"] = dict(p.log)
         outcome.info = info
-        return measurement.record(f"{MODULE}.{benchmark}", _params(case), outcome)
+        return outcomes.record(f"{MODULE}.{benchmark}", _params(case), outcome)
 
     def _time(self, benchmark: str, pass_name: str) -> float:
         p = self._pass(pass_name)
@@ -231,9 +232,9 @@ class Backends(_Suite):
     The kernels are ``attention.backends``' (SDPA's cuDNN, flash, memory-efficient and math, CPU
     flash, FlexAttention, flash-attn and xformers when installed).  One that cannot run this device,
     dtype and head size is skipped with ``attention``'s reason; one that fails at its first call and
-    leaves the work to another kernel is skipped too (:func:`perfguard.cases.first_call_of`).  Timed
+    leaves the work to another kernel is skipped too (:func:`perfguard.engine.cases.first_call_of`).  Timed
     like ``Forward.track_time`` (graph replay on CUDA, process CPU time on the CPU).  Reported,
-    never gated (:data:`perfguard.suite.BACKENDS`); the site's ``backends.html`` draws it.
+    never gated (:data:`perfguard.engine.suite.BACKENDS`); the site's ``backends.html`` draws it.
     """
 
     params = (

@@ -1,7 +1,7 @@
 """asv suite: the ring implementations across the ranks of a torch.distributed group.
 
 One long sequence is spread over the round's ranks (each holds its contiguous shard of q, k and v,
-:mod:`perfguard.shards`) and the sequence-parallel ring (``attention._distributed``) computes its
+:mod:`perfguard.engine.shards`) and the sequence-parallel ring (``attention._distributed``) computes its
 attention; every benchmark is measured on every rank with the same number of calls, and the number
 stored is the group's:
 
@@ -25,7 +25,7 @@ baseline is never compared with a 4-rank run.  Multihead parameters' gradients a
 
 **Plain asv** (``python -m asv run``) has no process group: every benchmark here is *skipped* in
 ``setup`` with that reason.  perfguard runs the suite under ``torchrun`` with ``--profile
-distributed`` or ``distributed-quick`` (``perfguard.rounds``; gloo on the CPU, NCCL on GPUs).
+distributed`` or ``distributed-quick`` (``perfguard.engine.rounds``; gloo on the CPU, NCCL on GPUs).
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ from typing import Any
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from attention.registry import names
-from perfguard import cases, measurement, passes, profiles, shards, timing
-from perfguard.measurement import Outcome
+from perfguard import profiles
+from perfguard.engine import cases, outcomes, passes, shards, timing
+from perfguard.engine.outcomes import Outcome
 
 DEVICE = cases.device_from_environment()
 _ACTIVE = profiles.from_environment(cuda=DEVICE == "cuda")
@@ -115,9 +116,7 @@ class _Suite:
         info["world_size"] = shards.world()[1]
         info["steps_s"] = dict(p.log)
         outcome.info = info
-        return measurement.record(
-            f"{MODULE}.{benchmark}", _params(case.impl, case.seq_len, case.dtype), outcome
-        )
+        return outcomes.record(f"{MODULE}.{benchmark}", _params(case.impl, case.seq_len, case.dtype), outcome)
 
     def _time(self, benchmark: str, pass_name: str) -> float:
         p = self._pass(pass_name)
@@ -162,7 +161,7 @@ class _Suite:
         return self._record(benchmark, p, Outcome(unit, value, [value], method, info))
 
     def _communication(self, benchmark: str, pass_name: str) -> float:
-        from perfguard import communication
+        from perfguard.engine import communication
 
         p = self._pass(pass_name)
         if shards.world()[1] == 1:

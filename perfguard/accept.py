@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfguard.errors import UsageError
+from perfguard.store.acceptances import AcceptanceRecord, AcceptanceTerms, short_benchmark
 from perfguard.store.records import METRICS
-from perfguard.store.regressions import AcceptanceRecord, AcceptanceTerms, short_benchmark
 
 if TYPE_CHECKING:
     from perfguard.compare import Item, SuiteComparison

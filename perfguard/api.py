@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from perfguard.gate import CheckOutcome
     from perfguard.measuring import Bench, Reporter
     from perfguard.report import SiteSummary
-    from perfguard.store import RunRecord, SchemaState, Series, StoredAcceptance, StoredChangePoint
+    from perfguard.store import RunRecord, SchemaState, StoredAcceptance, StoredChangePoint, StoredSeries
     from perfguard.verify import VerifyReport
     from perfguard.verify.results import RowResult
     from perfguard.verify.runner import PlannedRow
@@ -356,7 +356,7 @@ class History:
     there is nothing to show (no store yet, or no series matching the filters)."""
 
     store: str
-    series: list[Series] = field(default_factory=list)
+    series: list[StoredSeries] = field(default_factory=list)
     message: str | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -293,7 +293,7 @@ class _Search:
     def _compare(self, sha: str, label: str, rounds: list[list[StoredResult]]) -> SuiteComparison:
         """Stage 1 against good, and the interleaved re-measurement of timing suspects (as a check)."""
         from perfguard.compare import apply_retry, compare_suite, measurements_from_rounds
-        from perfguard.suite import suspect_selection
+        from perfguard.engine.suite import suspect_selection
 
         assert self._good_rounds is not None
         config = self.bench.config

@@ -228,7 +228,7 @@ def history_of(machine_key: str | None, profile: str) -> tuple[str, str]:
     from perfguard import profiles
 
     if machine_key is None:
-        from perfguard.machine import fingerprint
+        from perfguard.engine.machine import fingerprint
 
         machine = fingerprint()
         return machine.key, profiles.resolve(profile, cuda=machine.has_cuda).name
@@ -276,7 +276,7 @@ def software_changes(
     store: Store, machine_key: str, previous: str, sha: str, profile: str
 ) -> dict[str, tuple[Any, Any]]:
     """The software that differs between the newest run of ``previous`` and the first run of ``sha``."""
-    from perfguard.machine import software_differences
+    from perfguard.engine.machine import software_differences
 
     before = store.runs_for(machine_key, previous, profile, trusted_only=True)
     after = store.runs_for(machine_key, sha, profile, trusted_only=True)

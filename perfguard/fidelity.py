@@ -161,9 +161,9 @@ def fidelity_test(
     (a run cut short by a time limit keeps what it compared: the CLI rewrites its JSON each time).
     """
     from perfguard.compare.model import derived_source
+    from perfguard.engine.suite import label, selection_regex
     from perfguard.gitrepo import work_tree
     from perfguard.report.formatting import params_label
-    from perfguard.suite import label, selection_regex
 
     if sample < 0:
         raise UsageError(f"--sample must be 0 (every case) or more, got {sample}")

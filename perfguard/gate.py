@@ -163,7 +163,7 @@ def _rules_from_baseline(bench: Bench, base_sha: str) -> None:
     are the baseline's, as reviewed and merged (perfguard itself comes from the trusted install).
     """
     from perfguard.config import load_config
-    from perfguard.suite import load_benchmark_dir
+    from perfguard.engine.suite import load_benchmark_dir
 
     source = bench.commit_side(base_sha, "baseline").target.source
     cli = bench.config.threshold if bench.config.threshold_source == "--threshold" else None
@@ -214,7 +214,7 @@ def _broken_impls(bench: Bench, report: Path | None, *, skip: bool) -> dict[str,
 
 def _run_verify(bench: Bench) -> Path:
     """``perfguard verify --json`` of what this check measures, in a fresh process over HEAD's code."""
-    from perfguard.rounds import compile_cache_env, import_shim
+    from perfguard.engine.rounds import compile_cache_env, import_shim
 
     out = bench.work_dir / "verify.json"
     shim = import_shim(bench.root, bench.work_dir)
@@ -316,7 +316,7 @@ def _heal_baseline(
     stored ones.  If they fail again, the baseline really cannot be measured here: exit 2.
     """
     from perfguard.compare import gates
-    from perfguard.suite import suspect_selection
+    from perfguard.engine.suite import suspect_selection
 
     failed = {k: r for k, r in _failed_keys(base_rounds).items() if gates(bench.config, r)}
     if not failed:
@@ -376,7 +376,7 @@ def _retry(
     baseline fails again the check stops with exit 2 and stores no check.
     """
     from perfguard.compare import apply_retry, measurements_from_rounds
-    from perfguard.suite import suspect_selection
+    from perfguard.engine.suite import suspect_selection
 
     if not first.suspects:
         return first, 0, []

@@ -12,10 +12,10 @@ when the measurement is interrupted.
 **Trust** (docs/ci.md): a bench is *trusted* (a maintainer's run, the baseline branch's workflow)
 or *untrusted* (it executes code under review).  An untrusted bench opens the history store
 read-only, reads baselines from it, and writes its own runs and checks to a separate results store;
-its compilation caches are its own (:func:`perfguard.rounds.compile_cache_env`).
+its compilation caches are its own (:func:`perfguard.engine.rounds.compile_cache_env`).
 
 What a round is and why rounds are fresh processes: ``docs/verdicts.md``; how a round runs:
-:mod:`perfguard.rounds`.
+:mod:`perfguard.engine.rounds`.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from perfguard.errors import UsageError
 
 if TYPE_CHECKING:
     from perfguard.config import Config
+    from perfguard.engine.machine import Fingerprint
+    from perfguard.engine.rounds import Progress, Round, RoundRunner, Target
     from perfguard.gitrepo import WorkTree
-    from perfguard.machine import Fingerprint
     from perfguard.profiles import Profile
-    from perfguard.rounds import Progress, Round, RoundRunner, Target
     from perfguard.store import CommitRecord, MachineRecord, ResultRecord, RunRecord, Store, StoredResult
     from perfguard.tree_state import TreeState
 
@@ -140,8 +140,8 @@ class Bench:
         Its files are recorded now (not the git-ignored ones: the user's virtualenv, caches, the
         store); a round after which they differ stops the measurement (:meth:`measure`).
         """
+        from perfguard.engine.rounds import Target
         from perfguard.gitrepo import current_branch
-        from perfguard.rounds import Target
         from perfguard.tree_state import TreeState
 
         return Side(
@@ -158,8 +158,8 @@ class Bench:
         writes there) are recorded when it is created; a round after which they differ stops the
         measurement (:meth:`measure`).
         """
+        from perfguard.engine.rounds import Target
         from perfguard.gitrepo import checkout
-        from perfguard.rounds import Target
         from perfguard.tree_state import TreeState, make_read_only
 
         made = self._worktrees.get(sha)
@@ -307,9 +307,9 @@ class Bench:
         where to read (default: the baseline store); ``trusted_only``: only runs of trusted code
         (what a baseline is made of, docs/ci.md "Trust model").
         """
+        from perfguard.engine.suite import selected, short_name
         from perfguard.profiles import SUITE_VERSION
         from perfguard.store import MEASUREMENT_PURPOSES
-        from perfguard.suite import selected, short_name
 
         source = store if store is not None else self.baseline_store
         if source is None:
@@ -418,7 +418,7 @@ def open_bench(
     """Everything a measurement needs, checked before any benchmark runs (bad input fails fast).
 
     ``for_history=False`` (check, calibrate, bisect): without ``bench_regex`` the history-only
-    benchmarks (:data:`perfguard.suite.HISTORY_ONLY`, reported and never gated) are left out.
+    benchmarks (:data:`perfguard.engine.suite.HISTORY_ONLY`, reported and never gated) are left out.
 
     ``trusted=False``: the history store (``db_url``) is opened read-only and everything this
     invocation writes goes to ``results_db_url`` (default: ``.perfguard/untrusted.db`` in the
@@ -431,11 +431,11 @@ def open_bench(
     """
     from perfguard import device_lock, profiles
     from perfguard.config import find_pyproject, load_config
+    from perfguard.engine.machine import fingerprint, with_ranks
+    from perfguard.engine.rounds import RoundRunner
+    from perfguard.engine.suite import HISTORY_ONLY
     from perfguard.gitrepo import cleanup_stale, repo_root, scratch_dir
-    from perfguard.machine import fingerprint, with_ranks
-    from perfguard.rounds import RoundRunner
     from perfguard.store import Store, resolve_results
-    from perfguard.suite import HISTORY_ONLY
 
     root = repo_root(cwd)
     config = load_config(find_pyproject(root), threshold=threshold)

@@ -18,7 +18,7 @@ existing (profile, seq_len).
 tokens, the CPU smoke run) measure the ring implementations across ranks with their own suite
 (``asv_benchmarks/bench_distributed.py``): perfguard starts every round of them under ``torchrun``
 with :func:`ranks_for` processes (one per visible GPU, 2 on the CPU, or ``$PERFGUARD_RANKS``), and
-the number of ranks is part of the machine key (:func:`perfguard.machine.with_ranks`).  Their
+the number of ranks is part of the machine key (:func:`perfguard.engine.machine.with_ranks`).  Their
 attention configuration reaches across the whole sequence (:func:`distributed_dilation`: the
 largest segment is the sequence itself), so key/value shards really travel around the ring; with
 the 8K segments of the other profiles every segment would fit inside one rank's shard and nothing

@@ -8,7 +8,7 @@ Data model.  One *side* of a comparison (the baseline or the head of one benchma
 list of *rounds*; a round is the per-call samples measured in one fresh process.  Rounds matter
 because the process is the dominant noise term on a GPU (gpu_timing.md §9-§11: eager medians move
 10-140% from one process to the next while the samples inside one process agree within a few %).
-:class:`Side` holds one side cleaned (no NaN/inf) and sorted once, so medians, quartiles, the rank
+:class:`Samples` holds one side cleaned (no NaN/inf) and sorted once, so medians, quartiles, the rank
 test and the bootstrap all reuse the same arrays.
 
 Orientation.  Every ratio here is oriented so that **R > 1 means worse**: ``head / base`` for a
@@ -16,14 +16,14 @@ metric where lower is better (time, memory), ``base / head`` where higher is bet
 
 API
 ---
-``Side.of(rounds)``                              one side: sorted rounds, pooled samples, median
+``Samples.of(rounds)``                           one side: sorted rounds, pooled samples, median
 ``oriented_ratio(base, head, direction)``        R (> 1 = worse); 0/0 = 1, x/0 = inf
 ``mann_whitney_worse(base, head, direction)``    one-sided p of "head worse than base"
 ``mann_whitney_worse_many(pairs, directions)``   the same for many pairs, one scipy call per shape
 ``bootstrap_ratio_ci(base_rounds, head_rounds, direction, ...)``  (low, high) of R
 ``bootstrap_ratio_cis(pairs, directions, ...)``  the same for many pairs, vectorised
 ``holm(pvalues)``                                Holm-adjusted p-values (family-wise error control)
-``noise(rounds)`` / ``Side.noise``               max within-round IQR/median, CV of round medians
+``noise(rounds)`` / ``Samples.noise``            max within-round IQR/median, CV of round medians
 ``hodges_lehmann_ratio(base, head, direction)``  robust ratio estimate (information only)
 """
 
@@ -99,11 +99,11 @@ class Noise:
 
 
 @dataclass(frozen=True, eq=False)
-class Side:
+class Samples:
     """One side of a comparison: finite samples per round, each round sorted, and the pool.
 
-    Build it with :meth:`Side.of`, which drops non-finite samples (asv writes NaN for a sample it
-    could not take) and rounds left empty.  ``Side.of([])`` is a side with no samples
+    Build it with :meth:`Samples.of`, which drops non-finite samples (asv writes NaN for a sample it
+    could not take) and rounds left empty.  ``Samples.of([])`` is a side with no samples
     (``n == 0``, ``median`` NaN).
     """
 
@@ -114,7 +114,7 @@ class Side:
     noise: Noise
 
     @classmethod
-    def of(cls, rounds: Iterable[ArrayLike]) -> Side:
+    def of(cls, rounds: Iterable[ArrayLike]) -> Samples:
         clean: list[FloatArray] = []
         for r in rounds:
             a = np.asarray(r, dtype=np.float64).ravel()
@@ -161,7 +161,7 @@ def _noise(rounds: Sequence[FloatArray], medians: Sequence[float]) -> Noise:
 
 def noise(rounds: Iterable[ArrayLike]) -> Noise:
     """Noise measures of one side given as rounds of samples (see :class:`Noise`)."""
-    return Side.of(rounds).noise
+    return Samples.of(rounds).noise
 
 
 # --------------------------------------------------------------------------------------------
@@ -325,7 +325,7 @@ def _round_weights(k: int, rng: np.random.Generator) -> tuple[NDArray[np.int64],
     return counts, np.full(SAMPLED_COMPOSITIONS, 1.0 / SAMPLED_COMPOSITIONS)
 
 
-def _support(side: Side) -> FloatArray:
+def _support(side: Samples) -> FloatArray:
     """The distinct sample values the bootstrap median of ``side`` can take, up to ~1e-6.
 
     A pooled median lies between the smallest and the largest median of the rounds that were
@@ -348,7 +348,7 @@ def _support(side: Side) -> FloatArray:
 
 
 def _median_laws(
-    sides: Sequence[Side], counts: NDArray[np.int64], weights: FloatArray, *, one_law: bool
+    sides: Sequence[Samples], counts: NDArray[np.int64], weights: FloatArray, *, one_law: bool
 ) -> tuple[FloatArray, FloatArray, FloatArray | None]:
     """Support and CDFs of the pooled median of each side under the hierarchical bootstrap.
 
@@ -457,7 +457,7 @@ def _seed_list(seed: Seed) -> list[int]:
 
 
 def _bootstrap_median_draws(
-    sides: Sequence[Side], uniforms: FloatArray, seeds: Sequence[list[int]]
+    sides: Sequence[Samples], uniforms: FloatArray, seeds: Sequence[list[int]]
 ) -> FloatArray:
     """Bootstrap draws of each side's pooled median, one row per side, ``uniforms.shape``."""
     out = np.empty_like(uniforms)
@@ -487,7 +487,7 @@ def _bootstrap_median_draws(
 
 
 def bootstrap_ratio_cis(
-    pairs: Sequence[tuple[Side, Side]],
+    pairs: Sequence[tuple[Samples, Samples]],
     directions: Sequence[Direction] | Direction = "lower",
     *,
     confidence: float = 0.95,
@@ -540,8 +540,8 @@ def bootstrap_ratio_cis(
 
 
 def bootstrap_ratio_ci(
-    base_rounds: Iterable[ArrayLike] | Side,
-    head_rounds: Iterable[ArrayLike] | Side,
+    base_rounds: Iterable[ArrayLike] | Samples,
+    head_rounds: Iterable[ArrayLike] | Samples,
     direction: Direction = "lower",
     *,
     confidence: float = 0.95,
@@ -557,8 +557,8 @@ def bootstrap_ratio_ci(
     why a suspect is re-measured over several interleaved rounds.  Deterministic for a given
     ``seed``.
     """
-    b = base_rounds if isinstance(base_rounds, Side) else Side.of(base_rounds)
-    h = head_rounds if isinstance(head_rounds, Side) else Side.of(head_rounds)
+    b = base_rounds if isinstance(base_rounds, Samples) else Samples.of(base_rounds)
+    h = head_rounds if isinstance(head_rounds, Samples) else Samples.of(head_rounds)
     lo, hi = bootstrap_ratio_cis(
         [(b, h)], direction, confidence=confidence, resamples=resamples, seeds=[seed]
     )[0]

@@ -214,7 +214,7 @@ def test_the_migration_merges_acceptances_stored_twice(db_url: str) -> None:
     import sqlalchemy as sa
     from alembic import command
 
-    from perfguard.store.regressions import acceptance_identity
+    from perfguard.store.acceptances import acceptance_identity
     from perfguard.store.schema import alembic_config
 
     record = acceptance(params={"seq_len": "512"})

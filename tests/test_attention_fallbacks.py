@@ -34,7 +34,7 @@ from attention.improved import ImprovedDilatedAttention
 
 
 class OpCounter(TorchDispatchMode):
-    """A plain counting mode, as perfguard.work's: counts aten ops, supports no higher-order op."""
+    """A plain counting mode, as perfguard.engine.work's: counts aten ops, supports no higher-order op."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -251,7 +251,7 @@ def test_block_sparse_under_a_dispatch_mode_falls_back_for_that_call_only(mode: 
 
 
 class TransparentOpCounter(OpCounter):
-    """A counting mode that declares itself infrastructure (as perfguard.work's does) and takes
+    """A counting mode that declares itself infrastructure (as perfguard.engine.work's does) and takes
     higher-order ops: torch.compile runs compiled code under it, and flex reaches it as one op."""
 
     supports_higher_order_operators = True

@@ -444,9 +444,9 @@ def test_unknown_database_scheme_exits_2(repo: Path) -> None:
 GARBAGE = """
 
 # --- tests/test_check_cli.py: code under test that tampers with what the benchmark hands perfguard ---
-import perfguard.measurement as _garbage_measurement
+import perfguard.engine.outcomes as _garbage_outcomes
 
-_garbage_record = _garbage_measurement.record
+_garbage_record = _garbage_outcomes.record
 
 
 def _garbage(benchmark, params, outcome):
@@ -461,7 +461,7 @@ def _garbage(benchmark, params, outcome):
     return _garbage_record(benchmark, params, outcome)
 
 
-_garbage_measurement.record = _garbage
+_garbage_outcomes.record = _garbage
 """
 
 

@@ -13,9 +13,10 @@ import pytest
 
 from attention._distributed import RingSchedule, ring_steps, schedule_for
 from attention._plan import build_pieces, chunk_bounds, split_lengths
-from perfguard import communication, machine, profiles, ranks
-from perfguard.rounds import _describe_group_exit
-from perfguard.suite import suite_labels
+from perfguard import profiles
+from perfguard.engine import communication, machine, rank_group
+from perfguard.engine.rounds import _describe_group_exit
+from perfguard.engine.suite import suite_labels
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN_SUMMARY = """\
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
-perfguard.round_worker FAILED
+perfguard.engine.round_worker FAILED
 ------------------------------------------------------------
 Failures:
 [1]:
@@ -194,16 +195,16 @@ def test_scaling_classes_join_gpu_counts_and_keep_cpu_cores() -> None:
 
 
 def test_the_group_is_launched_by_torchrun_with_nvlink_multicast_off() -> None:
-    command = ranks.launch_command(["perfguard.round_worker", "/x/spec.json"], 4)
+    command = rank_group.launch_command(["perfguard.engine.round_worker", "/x/spec.json"], 4)
     assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert "--standalone" in command and command[command.index("--nproc-per-node") + 1] == "4"
     assert command[command.index("--max-restarts") + 1] == "0"
-    assert command[-3:] == ["-m", "perfguard.round_worker", "/x/spec.json"]
-    assert ranks.LAUNCH_ENV["NCCL_NVLS_ENABLE"] == "0"
-    assert ranks.LAUNCH_ENV["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
-    assert ranks.LAUNCH_ENV["NVSHMEM_DISABLE_NVLS"] == "1"
-    assert not ranks.launched({"RANK": "0"})
-    assert ranks.launched(
+    assert command[-3:] == ["-m", "perfguard.engine.round_worker", "/x/spec.json"]
+    assert rank_group.LAUNCH_ENV["NCCL_NVLS_ENABLE"] == "0"
+    assert rank_group.LAUNCH_ENV["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert rank_group.LAUNCH_ENV["NVSHMEM_DISABLE_NVLS"] == "1"
+    assert not rank_group.launched({"RANK": "0"})
+    assert rank_group.launched(
         dict.fromkeys(("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"), "0")
     )
 

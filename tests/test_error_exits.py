@@ -356,7 +356,7 @@ def check_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str
 
 def write_check_store(url: str, base: str, head: str) -> None:
     """Both sides of a check of ``head`` already measured on this machine: `check` measures nothing."""
-    from perfguard.machine import fingerprint
+    from perfguard.engine.machine import fingerprint
     from perfguard.profiles import SUITE_VERSION, resolve
 
     machine = fingerprint()

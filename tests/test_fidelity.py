@@ -22,8 +22,8 @@ import torch
 from sqlalchemy import create_engine, text
 
 from perfguard.compare.paths import path_changes
+from perfguard.engine.work import dispatch_counts
 from perfguard.fidelity import sample_cases
-from perfguard.work import dispatch_counts
 from tests.helpers.project import ROOT, git, perfguard, project_repo, tracked_files
 
 #: dilated switches to a slower path for the rest of the process the first time it runs under a

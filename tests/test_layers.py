@@ -29,10 +29,18 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "device_lock",
         "store.records",
     ),  # leaves
-    ("machine",),
-    ("timing", "work", "communication"),
-    ("cases", "passes", "measurement", "suite", "shards", "ranks"),
-    ("fallbacks", "round_worker", "round_output", "rounds"),
+    # the measuring engine (perfguard/engine/, its __init__ names the flow)
+    ("engine", "engine.machine"),
+    ("engine.timing", "engine.work", "engine.communication"),
+    (
+        "engine.cases",
+        "engine.passes",
+        "engine.outcomes",
+        "engine.suite",
+        "engine.shards",
+        "engine.rank_group",
+    ),
+    ("engine.fallbacks", "engine.round_worker", "engine.round_output", "engine.rounds"),
     ("store", "migrations"),
     ("stats", "compare", "accept"),
     ("report",),

@@ -21,12 +21,12 @@ from browser_support import open_page
 from helpers.project import perfguard, project_repo
 
 from attention import backends
-from perfguard import round_output
 from perfguard.compare import compare_suite, gates, measurements_from_rounds
 from perfguard.config import Config
+from perfguard.engine import round_output
+from perfguard.engine.suite import kind_of
 from perfguard.profiles import PROFILES
 from perfguard.store import CheckItemRecord, CommitRecord, MachineRecord, Store
-from perfguard.suite import kind_of
 
 SEQ = PROFILES["quick"].seq_lens[0]  # the one length the CPU measures
 ONLY = rf"Backends\.track_time\('improved', '\w+', {SEQ}, 'float32'\)"
@@ -85,7 +85,7 @@ def test_backends_page_shows_each_cpu_kernel_timed_or_skipped_with_why(tmp_path:
 
 
 def _event(backend: str, status: str = "ok", factor: float = 1.0, seed: int = 0) -> dict:
-    """A round worker's result line for the kernel comparison, as ``perfguard.round_worker`` writes it."""
+    """A round worker's result line for the kernel comparison, as ``engine.round_worker`` writes it."""
     params = {"impl": "improved", "backend": backend, "seq_len": SEQ, "dtype": "float32"}
     label = f"bench_attention.Backends.track_time{tuple(params.values())!r}"
     event = {"label": label, "benchmark": "bench_attention.Backends.track_time", "params": params}
@@ -137,7 +137,7 @@ def test_a_check_never_gates_the_kernel_comparison(tmp_path: Path) -> None:
 def test_a_bench_selection_of_the_comparison_verifies_improved_alone() -> None:
     """``perfguard check --bench 'Backends'`` verifies what it measures: ``improved``, nothing else."""
     from attention.registry import REGISTRY
-    from perfguard.suite import suite_labels
+    from perfguard.engine.suite import suite_labels
     from perfguard.verify.planning import scope
 
     labels = suite_labels(["dilated", "improved"], [SEQ], ["float32"], backends.KERNELS)
@@ -153,7 +153,7 @@ def test_a_kernel_that_falls_back_at_its_first_call_is_skipped_not_timed(
     """A kernel that passes the capability checks but raises at run time: the engine runs math in its
     place, so a time would be math's under cpu_flash's name; the case is skipped with the engine's why."""
     from attention import _kernels
-    from perfguard import cases, passes
+    from perfguard.engine import cases, passes
 
     def broken(*args: object) -> None:
         raise RuntimeError("planted: no kernel image")
@@ -201,7 +201,7 @@ def _plan(tmp_path: Path, exclude: list[str]) -> list[str]:
     )
     env = {**os.environ, PROFILE_ENV: "quick", DEVICE_ENV: "cpu", "PYTHONPATH": str(root)}
     done = subprocess.run(
-        [sys.executable, "-m", "perfguard.round_worker", str(spec)],
+        [sys.executable, "-m", "perfguard.engine.round_worker", str(spec)],
         env=env,
         capture_output=True,
         text=True,
@@ -218,7 +218,7 @@ def test_a_check_leaves_the_comparison_out_of_its_rounds_and_a_run_keeps_it(tmp_
     """check, calibrate and bisect open their bench with ``for_history=False``: without --bench the
     history-only benchmarks are not measured in their rounds (a PR does not pay for 8 kernels x the
     lengths); ``perfguard run`` records them for the site.  The round worker is the one that obeys."""
-    from perfguard.suite import BACKENDS, HISTORY_ONLY
+    from perfguard.engine.suite import BACKENDS, HISTORY_ONLY
 
     assert BACKENDS in HISTORY_ONLY and not kind_of(f"bench_attention.{BACKENDS}", "seconds").gated
     assert _plan(tmp_path, list(HISTORY_ONLY)) == []
@@ -228,8 +228,8 @@ def test_a_check_leaves_the_comparison_out_of_its_rounds_and_a_run_keeps_it(tmp_
 def test_check_calibrate_and_bisect_open_their_bench_without_the_history_only_benchmarks(
     tmp_path: Path,
 ) -> None:
+    from perfguard.engine.suite import HISTORY_ONLY
     from perfguard.measuring import QuietReporter, open_bench
-    from perfguard.suite import HISTORY_ONLY
 
     repo = project_repo(tmp_path / "project")
     db = f"sqlite:///{tmp_path / 'history.db'}"

@@ -21,7 +21,7 @@ def lognormal_rounds(rng: np.random.Generator, k: int, n: int, *, level: float =
 
 
 def test_side_drops_non_finite_samples_and_empty_rounds() -> None:
-    side = stats.Side.of([[3.0, np.nan, 1.0, 2.0], [np.inf, np.nan], [], [4.0]])
+    side = stats.Samples.of([[3.0, np.nan, 1.0, 2.0], [np.inf, np.nan], [], [4.0]])
     assert side.k == 2
     assert side.n == 4
     assert [r.tolist() for r in side.rounds] == [[1.0, 2.0, 3.0], [4.0]]
@@ -30,7 +30,7 @@ def test_side_drops_non_finite_samples_and_empty_rounds() -> None:
 
 
 def test_empty_side_has_nan_median() -> None:
-    side = stats.Side.of([])
+    side = stats.Samples.of([])
     assert side.n == 0 and math.isnan(side.median)
     assert side.noise == stats.Noise(0.0, None)
 
@@ -153,7 +153,7 @@ def test_exact_law_bootstrap_matches_monte_carlo(k: int, n: int) -> None:
     rng = np.random.default_rng(k * 1000 + n)
     rounds = [np.round(r, 4) for r in lognormal_rounds(rng, k, n)]  # ties, as real timers give
     rounds[0] = rounds[0][: n - 3]  # unequal round sizes
-    side = stats.Side.of(rounds)
+    side = stats.Samples.of(rounds)
     reference = stats._bootstrap_medians_mc(side.rounds, 10_000, np.random.default_rng(7))
     u = (np.arange(10_000) + 0.5) / 10_000
     exact = stats._bootstrap_median_draws([side], u[None, :], [[1]])[0]
@@ -179,9 +179,9 @@ def test_interval_is_reproducible_and_independent_of_the_batch() -> None:
         (2, 8, 1.0),
         (3, 120, 0.8),
     ]
+    of = stats.Samples.of
     pairs = [
-        (stats.Side.of(lognormal_rounds(rng, k, n)), stats.Side.of(lognormal_rounds(rng, k, n, level=f)))
-        for k, n, f in shapes
+        (of(lognormal_rounds(rng, k, n)), of(lognormal_rounds(rng, k, n, level=f))) for k, n, f in shapes
     ]
     seeds = list(range(11, 11 + len(pairs)))
     together = stats.bootstrap_ratio_cis(pairs, seeds=seeds)
@@ -225,7 +225,7 @@ def test_degenerate_intervals() -> None:
 
 
 def test_bootstrap_arguments_are_checked() -> None:
-    side = stats.Side.of([[1.0, 2.0]])
+    side = stats.Samples.of([[1.0, 2.0]])
     with pytest.raises(ValueError, match="confidence"):
         stats.bootstrap_ratio_cis([(side, side)], confidence=1.0)
     with pytest.raises(ValueError, match="one seed"):
@@ -243,8 +243,8 @@ def test_interval_coverage_of_an_aa_comparison_is_near_nominal() -> None:
     rng = np.random.default_rng(9)
     pairs = [
         (
-            stats.Side.of(lognormal_rounds(rng, 5, 40, round_=0.04)),
-            stats.Side.of(lognormal_rounds(rng, 5, 40, round_=0.04)),
+            stats.Samples.of(lognormal_rounds(rng, 5, 40, round_=0.04)),
+            stats.Samples.of(lognormal_rounds(rng, 5, 40, round_=0.04)),
         )
         for _ in range(300)
     ]

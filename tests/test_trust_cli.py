@@ -47,7 +47,7 @@ from tests.helpers.project import planted
 MACHINE_KEY_CMD = [
     sys.executable,
     "-c",
-    "from perfguard.machine import fingerprint; print(fingerprint().key)",
+    "from perfguard.engine.machine import fingerprint; print(fingerprint().key)",
 ]
 
 

@@ -16,7 +16,7 @@ import pytest
 from perfguard.compare import compare_sides
 from perfguard.compare.model import Measurement
 from perfguard.config import Config
-from perfguard.round_output import progress_text
+from perfguard.engine.round_output import progress_text
 from perfguard.units import ValueFormatter, format_amount, format_delta, format_value
 
 PACKAGE = Path(__file__).resolve().parents[1] / "perfguard"

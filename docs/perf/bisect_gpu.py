@@ -40,7 +40,7 @@ CULPRIT_AT = 11
 
 
 def has_gpu() -> bool:
-    from perfguard.machine import fingerprint
+    from perfguard.engine.machine import fingerprint
 
     return fingerprint().has_cuda
 

@@ -6,7 +6,7 @@ This script builds the situation where a check has nothing to measure and times 
 1. a temporary git repository with the project's tracked files: ``base`` on ``main``, ``head`` on
    ``feature`` (a comment changed in ``attention/dilated.py``), like ``tests/test_workflows_pr_run.py``;
 2. a store (SQLite file; ``--pg URL`` also a PostgreSQL database) filled through the public
-   ``Store.record_runs`` with ~100,000 results: this machine key (``perfguard.machine.fingerprint``)
+   ``Store.record_runs`` with ~100,000 results: this machine key (``perfguard.engine.machine.fingerprint``)
    with the profile ``check`` resolves to (``quick`` without CUDA) for the last ``--local-commits``
    commits of ``main`` plus the merge-base and HEAD (3 rounds each, every registry implementation x
    the profile's lengths x the six benchmarks, settings that ``Bench.stored_rounds`` accepts), and
@@ -185,7 +185,7 @@ def suite_results(
     faster: float | None = None,
 ) -> list[Any]:
     """One round of the suite as ``parse_results`` returns it: 6 benchmarks per impl x length."""
-    from perfguard.cases import SUITE_VERSION
+    from perfguard.engine.cases import SUITE_VERSION
     from perfguard.store import ResultRecord
 
     heads, head_dim = (4, 32) if device == "cpu" else (12, 64)
@@ -315,8 +315,8 @@ def fill(store: Any, repo: Path, base: str, head: str, target: int, local_commit
     """Write the planted history through ``Store.record_runs``; one transaction per commit x machine."""
     from attention.registry import names
     from perfguard import profiles
-    from perfguard.cases import SUITE_VERSION
-    from perfguard.machine import fingerprint
+    from perfguard.engine.cases import SUITE_VERSION
+    from perfguard.engine.machine import fingerprint
     from perfguard.store import MachineRecord
 
     machine = fingerprint()
@@ -409,7 +409,7 @@ def store_state(store: Any, key: str, profile: str, base: str, head: str) -> tup
 def prepare_store(url: str, repo: Path, base: str, head: str, args: argparse.Namespace) -> dict[str, Any]:
     """Fill the store at ``url`` unless it already holds the planted history (then reuse it)."""
     from perfguard import profiles
-    from perfguard.machine import fingerprint
+    from perfguard.engine.machine import fingerprint
     from perfguard.store import Store
 
     machine = fingerprint()
@@ -540,10 +540,10 @@ def run_cli(
 # (phase, what is wrapped): time is exclusive, the innermost wrapped call gets it.
 PHASES = (
     ("store: open (schema check)", "perfguard.store.store:Store.open"),
-    ("machine fingerprint", "perfguard.machine:fingerprint"),
+    ("machine fingerprint", "perfguard.engine.machine:fingerprint"),
     ("config, profile, asv config", "perfguard.config:load_config"),
     ("config, profile, asv config", "perfguard.config:find_pyproject"),
-    ("config, profile, asv config", "perfguard.suite:load_benchmark_dir"),
+    ("config, profile, asv config", "perfguard.engine.suite:load_benchmark_dir"),
     ("git calls", "perfguard.gitrepo:git"),
     ("reading stored rounds", "perfguard.measuring:Bench.stored_rounds"),
     ("stage 1: Measurement objects", "perfguard.compare:measurements_from_rounds"),

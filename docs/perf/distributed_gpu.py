@@ -2,8 +2,8 @@
 """The ring across GPUs (issue 15): scaling over N = 1, 2, 4 and a perfguard check A/A, in one call.
 
 Run on a lent multi-GPU machine (nvidia-h200-x2 or -x4) after ``source docs/perf/device_setup.sh``;
-every number is the distributed suite's own measurement (``perfguard.shards`` builds the rank's
-case, ``perfguard.timing`` / ``perfguard.communication`` measure it), logs go to ``--out``, and a
+every number is the distributed suite's own measurement (``perfguard.engine.shards`` builds the rank's
+case, ``perfguard.engine.timing`` / ``perfguard.engine.communication`` measure it), logs go to ``--out``, and a
 short table is printed last:
 
 1. ``scaling``: ``ring`` forward at 128K, 512K and 1M tokens (bfloat16, 1 x n x 12 x 64, the
@@ -120,10 +120,11 @@ def worker(args: argparse.Namespace) -> int:
     """Every rank measures every length; rank 0 writes one JSON line per length to ``--jsonl``."""
     import torch
 
-    from perfguard import cases, communication, passes, profiles, ranks, shards, timing
+    from perfguard import profiles
+    from perfguard.engine import cases, communication, passes, rank_group, shards, timing
 
     device = "cpu" if args.smoke else "cuda"
-    group = ranks.join(device)
+    group = rank_group.join(device)
     profile = profiles.PROFILES["distributed-quick" if args.smoke else "distributed"]
     dtype = profile.dtypes(device)[0]
     settings = timing.pin_settings(device)
@@ -182,7 +183,7 @@ def worker(args: argparse.Namespace) -> int:
                 f"[rank {group.rank}] {n} tokens on {group.world}: {row.get('forward_s', row.get('skipped'))}",
                 flush=True,
             )
-    ranks.leave()
+    rank_group.leave()
     return 0
 
 
@@ -199,14 +200,14 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def visible_gpus() -> int:
-    from perfguard.machine import nvml_gpus
+    from perfguard.engine.machine import nvml_gpus
 
     return len(nvml_gpus() or [])
 
 
 def run_group(n: int, lengths: list[int], out: Path, smoke: bool, limit: float) -> dict[str, Any]:
     """One torchrun group of ``n`` ranks measuring every length; its log and JSON lines in ``out``."""
-    from perfguard.ranks import LAUNCH_ENV
+    from perfguard.engine.rank_group import LAUNCH_ENV
 
     jsonl = out / f"scaling-N{n}.jsonl"
     jsonl.unlink(missing_ok=True)
@@ -366,7 +367,7 @@ def main() -> int:
         "not_measured": [n for n in wanted if n > available],
     }
     if not args.smoke:
-        from perfguard.machine import fingerprint
+        from perfguard.engine.machine import fingerprint
 
         fp = fingerprint()
         results["machine"] = {"key": fp.key, "label": fp.label, "software": dict(fp.software)}

@@ -135,7 +135,7 @@ def main() -> int:
         worker(args)
         return 0
     args.jsonl.unlink(missing_ok=True)
-    from perfguard.ranks import LAUNCH_ENV  # NVLink multicast off, as in every perfguard group
+    from perfguard.engine.rank_group import LAUNCH_ENV  # NVLink multicast off, as in every perfguard group
 
     env = {**os.environ, **LAUNCH_ENV}
     for n in (int(x) for x in args.launch.split(",")):

@@ -22,7 +22,7 @@ def _worker(rank: int, world: int, n: int, lanes: int | None, port: int) -> None
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
     from attention import RingDilatedAttention
-    from perfguard.work import dispatch_counts
+    from perfguard.engine.work import dispatch_counts
 
     module = RingDilatedAttention(
         segment_lengths=[2048, 8192, 32768, 131072],  # the distributed profile's at 128K

@@ -2,7 +2,7 @@
 
 ``perfguard fidelity`` found ``multihead_block_sparse_ring`` at 4096 tokens (bfloat16, CUDA) not
 finishing its first forward+backward alone in 450 s, while the full round measures it in seconds.
-This runs the benchmark's own steps (perfguard.cases: build, a forward, then forward+backward) in
+This runs the benchmark's own steps (perfguard.engine.cases: build, a forward, then forward+backward) in
 a fresh process and prints every thread's Python stack each ``--every`` seconds while a step runs:
 
     python docs/perf/first_call_probe.py multihead_block_sparse_ring 4096 --every 30 --limit 150
@@ -43,7 +43,8 @@ def main() -> int:
 
     import torch
 
-    from perfguard import cases, profiles
+    from perfguard import profiles
+    from perfguard.engine import cases
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     profile = profiles.PROFILES["production" if device == "cuda" else "quick"]

@@ -18,13 +18,13 @@ until grep -q "case(s) alone" "$out/fidelity.log" 2>/dev/null; do
 done
 echo "full round done at $((SECONDS - t0)) s" > "$out/hang_summary.txt"
 sleep "${WAIT:-30}"
-pgrep -af perfguard.round_worker >> "$out/hang_summary.txt"
+pgrep -af perfguard.engine.round_worker >> "$out/hang_summary.txt"
 i=0
 for f in /tmp/perfguard-*/import-shim-*/worker-*.log; do  # read through the open file: perfguard deletes it
   i=$((i + 1)); tail -n +1 -f "$f" > "$out/worker-$i.log" 2>/dev/null &
 done
 sleep 1
-for pid in $(pgrep -f perfguard.round_worker); do  # native stacks (py-spy is carried in .whl/), kernel waits
+for pid in $(pgrep -f perfguard.engine.round_worker); do  # native stacks (py-spy is carried in .whl/), kernel waits
   timeout 60 /tmp/site/bin/py-spy dump --native --pid "$pid" > "$out/pyspy-$pid.txt" 2>&1
   for t in /proc/"$pid"/task/*; do echo "$t $(cat "$t/comm") $(cat "$t/wchan")"; done > "$out/wchan-$pid.txt" 2>&1
   kill -ABRT "$pid"

@@ -16,7 +16,8 @@ import torch  # noqa: E402
 
 t_import = time.perf_counter() - t0
 
-from perfguard import cases, profiles, timing  # noqa: E402
+from perfguard import profiles  # noqa: E402
+from perfguard.engine import cases, timing  # noqa: E402
 
 
 def phases(impl: str, seq_len: int, which: str) -> dict[str, float]:

@@ -79,7 +79,7 @@ def _wrap(module, name, label=None, args_label=None):
 
 
 def _patch(name, module):
-    if name == "perfguard.timing":
+    if name == "perfguard.engine.timing":
         _wrap(module, "_time_cuda")
         _wrap(module, "_time_cpu")
         _wrap(module, "_capture")
@@ -87,7 +87,7 @@ def _patch(name, module):
         _wrap(module, "_event_samples", args_label=lambda a, k: {
             "what": "eager" if (a[2] if len(a) > 2 else k.get("nvml")) is None else "timed",
             "n": a[1] if len(a) > 1 else k.get("n")})
-    elif name == "perfguard.cases":
+    elif name == "perfguard.engine.cases":
         _wrap(module, "build", args_label=lambda a, k: {"impl": a[0], "seq_len": a[1]})
         _wrap(module, "first_call")
     elif name.endswith("bench_attention"):
@@ -97,7 +97,7 @@ def _patch(name, module):
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    WATCH = ("torch", "torch.cuda", "perfguard.timing", "perfguard.cases")
+    WATCH = ("torch", "torch.cuda", "perfguard.engine.timing", "perfguard.engine.cases")
 
     def find_spec(self, fullname, path, target=None):
         if fullname not in self.WATCH and not fullname.endswith("bench_attention"):

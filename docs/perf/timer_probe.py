@@ -1,7 +1,7 @@
 # ruff: noqa: E501  (Markdown table rows are kept one per line)
 """Probe for the fast gate (issue 19) and the work metrics (issue 12), on one GPU.
 
-Runs each method in fresh processes on the same benchmark cases (``perfguard.cases`` at the
+Runs each method in fresh processes on the same benchmark cases (``perfguard.engine.cases`` at the
 ``production`` profile's shape) and writes one JSON file per process:
 
 - ``proto``: the candidate timer: CUDA-graph replay, L2 flush before every sample, warm-up only as
@@ -43,7 +43,8 @@ CASES = [
 
 
 def _build(impl: str, seq_len: int, pass_name: str):
-    from perfguard import cases, profiles
+    from perfguard import profiles
+    from perfguard.engine import cases
 
     profile = profiles.resolve("production", cuda=True)
     case = cases.build(impl, seq_len, "bfloat16", "cuda", profile)
@@ -352,7 +353,7 @@ def worker(method: str, out: Path) -> None:
         "import_torch_s": t_import - t_start,
         "cuda_init_s": t_cuda - t_import,
     }
-    from perfguard import timing
+    from perfguard.engine import timing
 
     timing.pin_settings("cuda")
     if method == "nvbench":

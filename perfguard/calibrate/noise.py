@@ -113,7 +113,7 @@ def process_noise(rounds: Sequence[Sequence[ResultRecord]], config: Config) -> l
         if status != "ok":
             rows.append(replace(blank, note=f"{status}: {_last_line((failed or group)[0].error or status)}"))
             continue
-        side = stats.Side.of([list(r.samples) if r.samples else [r.value] for r in ok])
+        side = stats.Samples.of([list(r.samples) if r.samples else [r.value] for r in ok])
         iqrs = [_iqr_ratio(r) for r in side.rounds if r.size >= 2]
         median = statistics.median(side.round_medians) if side.round_medians else None
         cv = side.noise.round_cv

@@ -72,7 +72,7 @@ _PLANTED_TEMPLATE = """
 # for a number of GPU clock cycles, so a CUDA-graph capture replays it.  The module's own time is
 # measured once, on its first forward call, which perfguard's timer never times: on the CPU two
 # warm calls, then the median of five timed calls (process CPU time); on CUDA by perfguard's own
-# timer (perfguard.timing.time_call: the call captured as a CUDA graph and replayed after L2
+# timer (perfguard.engine.timing.time_call: the call captured as a CUDA graph and replayed after L2
 # flushes, or timed eagerly where capture fails), so the plant is the fraction of the number the
 # gate compares.  (Timing eager calls queued back to back counted each kernel's launch latency on
 # the GPU: a +10% plant made a 324-kernel forward 1.33x slower under graph replay.)
@@ -97,7 +97,7 @@ def _planted_gpu_seconds(fn):
 
 
 def _planted_gpu_work_seconds(fn):
-    from perfguard.timing import time_call
+    from perfguard.engine.timing import time_call
 
     return time_call(fn, "cuda").median
 

@@ -20,8 +20,8 @@ from perfguard.calibrate.noise import NoiseRow, process_noise
 from perfguard.calibrate.planting import PLANTED_BENCHMARK, forward_selection, percent, planted_key
 from perfguard.compare import SuiteComparison, Verdict, apply_retry, compare_suite, measurements_from_rounds
 from perfguard.config import Config
+from perfguard.engine.suite import suspect_selection
 from perfguard.store.records import ResultRecord, RunRecord
-from perfguard.suite import suspect_selection
 
 #: The store purpose of every calibration round: never a baseline, never history.
 PURPOSE = "calibrate"
@@ -42,7 +42,7 @@ def _round_values(rounds: Sequence[Sequence[ResultRecord]]) -> dict[tuple[str, s
 
 
 @dataclass(frozen=True)
-class Outcome:
+class BenchmarkVerdicts:
     """One gated benchmark x params of one comparison: perfguard's verdicts and asv's."""
 
     benchmark: str
@@ -80,7 +80,7 @@ class Comparison:
     kind: str  # "aa" | "planted"
     repeat: int  # 1-based
     fraction: float | None
-    outcomes: tuple[Outcome, ...]
+    outcomes: tuple[BenchmarkVerdicts, ...]
     not_compared: tuple[str, ...]  # gated items without a verdict to count (failed, skipped, ...)
     retried: int  # suspects re-measured
 
@@ -106,7 +106,7 @@ def _outcomes(
     factor: float,
     asv: bool,
     only: Callable[[str], bool],
-) -> tuple[list[Outcome], list[str]]:
+) -> tuple[list[BenchmarkVerdicts], list[str]]:
     suspects = set(first.suspect_keys)
     finals = {i.key: i for i in final.items}
     base_values = _round_values(base_rounds) if asv else {}
@@ -122,7 +122,7 @@ def _outcomes(
         end = finals[item.key]
         b, h = base_values.get(item.key, []), head_values.get(item.key, [])
         outcomes.append(
-            Outcome(
+            BenchmarkVerdicts(
                 benchmark=item.benchmark,
                 impl=item.impl,
                 params_key=item.params_key,

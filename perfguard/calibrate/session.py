@@ -173,8 +173,8 @@ def planted_side(commit: PlantedCommit) -> Side:
     The rounds are labelled with the parent (HEAD), a commit the repository has; the planted commit
     exists only in the clone.
     """
+    from perfguard.engine.rounds import Target
     from perfguard.measuring import Side
-    from perfguard.rounds import Target
     from perfguard.store import CommitRecord
 
     record = CommitRecord(

@@ -30,7 +30,7 @@ from perfguard.units import format_value
 if TYPE_CHECKING:
     from rich.text import Text
 
-    from perfguard.store import Series, SeriesPoint
+    from perfguard.store import SeriesPoint, StoredSeries
 
 _HIGHLIGHT = 0.20  # the default regression threshold (DESIGN.md)
 
@@ -97,7 +97,7 @@ def history(
 # --- table ---------------------------------------------------------------------------------------
 
 
-def _print_table(where: str, found: list[Series]) -> None:
+def _print_table(where: str, found: list[StoredSeries]) -> None:
     from rich.table import Table
 
     from perfguard.cli.output import stdout_console

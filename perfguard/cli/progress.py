@@ -21,7 +21,7 @@ from perfguard.console import visible
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from perfguard.rounds import Progress
+    from perfguard.engine.rounds import Progress
     from perfguard.verify.runner import PlannedRow
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from perfguard import stats
+from perfguard.engine.suite import short_name
 from perfguard.errors import EXIT_FAILED, EXIT_OK
 from perfguard.store.records import (
     CHECK_ITEM_COLUMNS,
@@ -24,7 +25,6 @@ from perfguard.store.records import (
     ResultRecord,
     params_key,
 )
-from perfguard.suite import short_name
 
 if sys.version_info >= (3, 11):
     from enum import StrEnum
@@ -128,7 +128,7 @@ class Measurement:
     error: str | None = None
     impl: str = ""
     key: str = ""
-    side: stats.Side = field(init=False, repr=False)
+    side: stats.Samples = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -142,7 +142,7 @@ class Measurement:
         rounds: Sequence[ArrayLike] = self.rounds
         if not any(np.size(r) for r in rounds) and self.value is not None:
             rounds = [[self.value]]
-        object.__setattr__(self, "side", stats.Side.of(rounds))
+        object.__setattr__(self, "side", stats.Samples.of(rounds))
 
     @classmethod
     def from_results(cls, results: Sequence[ResultRecord]) -> Measurement:

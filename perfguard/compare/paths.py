@@ -1,6 +1,7 @@
 """Which code path each timing stands for, base against HEAD (issue 26, DESIGN.md "Fidelity").
 
-Every timed result carries a *path fingerprint* in ``info["path"]`` (:meth:`perfguard.passes.Pass.path`:
+Every timed result carries a *path fingerprint* in ``info["path"]``
+(:meth:`perfguard.engine.passes.Pass.path`:
 the timed graph's CUDA kernel names, or the aten op multiset on the CPU).  A change of path is
 worth saying even when the time moved less than the threshold: "flex → gather" or "cuDNN → flash"
 means the numbers of the two sides are of different code, and the next change to either path will

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from perfguard.engine.suite import BACKENDS
 from perfguard.report import formatting
-from perfguard.store import Series as StoredSeries
-from perfguard.suite import BACKENDS
+from perfguard.store import StoredSeries
 
 BACKEND = "backend"
 SEQ = "seq_len"

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from perfguard.suite import short_name
+from perfguard.engine.suite import short_name
 
 #: How a reader names a benchmark (asv name without its module -> words).  Work metrics (issue 12):
 #: ``Work.track_<pass>_<metric>``.

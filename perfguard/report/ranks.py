@@ -1,9 +1,9 @@
 """Scaling over ranks: time and per-GPU memory of the distributed suite against the number of GPUs.
 
 A distributed run is stored under its machine key with the number of ranks
-(:func:`perfguard.machine.with_ranks`: ``NVIDIA H200 x4 ranks=4``), so the runs at N = 1, 2, 4
+(:func:`perfguard.engine.machine.with_ranks`: ``NVIDIA H200 x4 ranks=4``), so the runs at N = 1, 2, 4
 are separate machines in the store.  This view joins them again: a group is one hardware class
-(:func:`perfguard.machine.scaling_class`: the GPU model, or the CPU with its cores) x benchmark x
+(:func:`perfguard.engine.machine.scaling_class`: the GPU model, or the CPU with its cores) x benchmark x
 the parameters other than ``impl`` (``seq_len``, ``dtype``), and each implementation is a line over
 N, from each series' latest value.
 
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfguard.machine import scaling_class, split_ranks
+from perfguard.engine.machine import scaling_class, split_ranks
 from perfguard.profiles import DISTRIBUTED_SUITE
 from perfguard.report import formatting
 from perfguard.report.items import column_order

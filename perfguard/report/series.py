@@ -36,8 +36,7 @@ from typing import Any
 from perfguard import units
 from perfguard.report import formatting
 from perfguard.report.queries import VerdictMark
-from perfguard.store import Series as StoreSeries
-from perfguard.store import StoredMachine
+from perfguard.store import StoredMachine, StoredSeries
 
 
 @dataclass
@@ -169,7 +168,7 @@ def median_interval(
 
 
 def assemble(
-    stored: Iterable[StoreSeries], machines: Iterable[StoredMachine] = ()
+    stored: Iterable[StoredSeries], machines: Iterable[StoredMachine] = ()
 ) -> tuple[list[MachineInfo], list[Series]]:
     """Machines with their ordered commits, and every series with its points (no marks yet).
 

@@ -35,7 +35,7 @@ GPU_PROCESS_CV = "0.0–0.4%"
 
 
 @dataclass(frozen=True)
-class Case:
+class FailingCase:
     """One implementation x parameter set that fails: its failing items and what changed underneath."""
 
     params_text: str
@@ -52,14 +52,14 @@ class ImplGroup:
     """The failing cases of one implementation, the worst first."""
 
     impl: str
-    cases: list[Case]
+    cases: list[FailingCase]
 
     @property
     def n_items(self) -> int:
         return sum(len(c.items) for c in self.cases)
 
     @property
-    def shown(self) -> list[Case]:
+    def shown(self) -> list[FailingCase]:
         return self.cases[:DECIDING_CASES]
 
     @property
@@ -83,7 +83,7 @@ def deciding(failing: Sequence[ItemView], underneath: Sequence[Underneath]) -> l
             ImplGroup(
                 impl,
                 [
-                    Case(
+                    FailingCase(
                         params_text,
                         sorted(items, key=lambda i: (column_order(i.item.benchmark), i.item.benchmark)),
                         under.get((impl, keys[(impl, params_text)]), []),

@@ -67,10 +67,10 @@ Reading history (the site and ``perfguard history``; never loads samples)::
 
     store.series(machine=None, benchmark=None, impl=None, params_key=None, profile=None,
                  branch=None, purposes=MEASUREMENT_PURPOSES, include_dirty=False, last=None,
-                 match="exact" | "contains", trusted_only=False) -> list[Series]
-        # one Series per (machine key, benchmark, params_key), points = one per commit, oldest
+                 match="exact" | "contains", trusted_only=False) -> list[StoredSeries]
+        # one StoredSeries per (machine key, benchmark, params_key), points = one per commit, oldest
         # first by commit date; a commit measured several times is the median of its runs.
-    store.latest(**same filters) -> list[Series]      # each cut to its newest commit
+    store.latest(**same filters) -> list[StoredSeries]      # each cut to its newest commit
     store.machines() -> list[StoredMachine]
     store.distinct("impl" | "benchmark" | "machine") -> list[str]
 
@@ -97,7 +97,14 @@ that are NaN or infinite are ignored (docs/verdicts.md): dropped and counted in
 string, an integer too large for a float) and an empty list for an ``ok`` result are refused.
 """
 
-from perfguard.store.history import Series, SeriesPoint
+from perfguard.store.acceptances import (
+    ACCEPTANCE_SOURCES,
+    AcceptanceRecord,
+    StoredAcceptance,
+    short_benchmark,
+)
+from perfguard.store.change_points import ChangePointRecord, StoredChangePoint
+from perfguard.store.history import SeriesPoint, StoredSeries
 from perfguard.store.records import (
     DIRECTIONS,
     MEASUREMENT_PURPOSES,
@@ -116,14 +123,6 @@ from perfguard.store.records import (
     StoredResult,
     StoredRun,
     params_key,
-)
-from perfguard.store.regressions import (
-    ACCEPTANCE_SOURCES,
-    AcceptanceRecord,
-    ChangePointRecord,
-    StoredAcceptance,
-    StoredChangePoint,
-    short_benchmark,
 )
 from perfguard.store.schema import SchemaState
 from perfguard.store.store import ResultsByKey, Store
@@ -156,7 +155,6 @@ __all__ = [
     "ResultsByKey",
     "RunRecord",
     "SchemaState",
-    "Series",
     "SeriesPoint",
     "Store",
     "StoreURL",
@@ -168,6 +166,7 @@ __all__ = [
     "StoredMachine",
     "StoredResult",
     "StoredRun",
+    "StoredSeries",
     "default_url",
     "mask",
     "params_key",

@@ -49,7 +49,7 @@ class SeriesPoint(NamedTuple):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Series:
+class StoredSeries:
     """One benchmark x params on one machine key, over commits (oldest first)."""
 
     machine_key: str
@@ -97,7 +97,7 @@ def series(
     last: int | None = None,
     match: Match = "exact",
     trusted_only: bool = False,
-) -> list[Series]:
+) -> list[StoredSeries]:
     """The stored series matching the filters, sorted by machine, benchmark and params.
 
     ``machine`` and ``benchmark`` match exactly, or as case-insensitive substrings with
@@ -135,7 +135,7 @@ def series(
     return _group(session.connection().execute(stmt))
 
 
-def latest(session: Session, **filters: Any) -> list[Series]:
+def latest(session: Session, **filters: Any) -> list[StoredSeries]:
     """Each matching series cut to its newest commit: the latest value per implementation x machine."""
     return series(session, last=1, **filters)
 
@@ -212,13 +212,13 @@ class _Filters:
         return stmt
 
 
-def _group(rows: Any) -> list[Series]:
+def _group(rows: Any) -> list[StoredSeries]:
     """Fold rows (ordered by series, commit, run) into series of one point per commit.
 
     Written for speed (it sees every row of the history): plain tuples, one pass, and the
     common case of one run per commit taken without computing medians.
     """
-    result: list[Series] = []
+    result: list[StoredSeries] = []
     points: list[SeriesPoint] = []
     commit_rows: list[Any] = []
     previous: Any = None
@@ -276,9 +276,9 @@ def _group(rows: Any) -> list[Series]:
 _PARAMS = Result.__table__.c.params.type
 
 
-def _make_series(newest: Any, points: list[SeriesPoint]) -> Series:
+def _make_series(newest: Any, points: list[SeriesPoint]) -> StoredSeries:
     params = newest[_PARAMS_TEXT]
-    return Series(
+    return StoredSeries(
         machine_key=newest[_MACHINE_KEY],
         machine_label=newest[_MACHINE_LABEL],
         benchmark=newest[_BENCHMARK],

@@ -236,7 +236,7 @@ class Acceptance(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"), index=True)
-    # SHA-256 of every field below (regressions.acceptance_identity): with the commit, the unique
+    # SHA-256 of every field below (acceptances.acceptance_identity): with the commit, the unique
     # key that makes recording the same acceptance twice, even at the same moment, store it once
     identity: Mapped[str] = mapped_column(StoredText(64), server_default="")
     impl: Mapped[str] = mapped_column(StoredText(128))  # shell glob

@@ -23,7 +23,7 @@ from perfguard.errors import StoreError
 
 METRICS = ("time", "memory", "throughput", "efficiency", "flops", "ops", "kernels", "allocated")
 DIRECTIONS = ("lower", "higher")
-#: Metrics that count what one call does (perfguard.work).  Zero is a count: a call whose work runs
+#: Metrics that count what one call does (perfguard.engine.work).  Zero is a count: a call whose work runs
 #: inside a compiled region (FlexAttention under torch.compile) dispatches no FLOP-counted op.
 COUNT_METRICS = frozenset({"flops", "ops", "kernels", "allocated"})
 RESULT_STATUSES = ("ok", "failed", "skipped")

@@ -79,3 +79,12 @@ def stored_run(run: Run, *, machine_key: str, sha: str, n_results: int) -> Store
     return StoredRun(
         id=run.id, machine_key=machine_key, sha=sha, status=run.status, n_results=n_results, **values
     )
+
+
+def dialect_insert(dialect: str, model: type[Any]) -> Any:
+    """The dialect's ``INSERT`` (with ``on_conflict_do_*``); imported here, as in _upsert."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql as sql
+    else:
+        from sqlalchemy.dialects import sqlite as sql  # type: ignore[no-redef]
+    return sql.insert(model)

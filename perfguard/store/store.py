@@ -4,8 +4,8 @@ See the package docstring (``perfguard.store``) for the API in one place.  Every
 transaction that is validated completely before it starts; every read returns frozen dataclasses,
 never ORM objects.  :class:`Store` owns the engine, the transactions and the read-only guard; what
 goes into each transaction is in the modules of one table family each: :mod:`~perfguard.store.runs`
-(runs and results), :mod:`~perfguard.store.checks`, :mod:`~perfguard.store.regressions`
-(acceptances and change points), :mod:`~perfguard.store.history` (series for the site), with
+(runs and results), :mod:`~perfguard.store.checks`, :mod:`~perfguard.store.acceptances`,
+:mod:`~perfguard.store.change_points`, :mod:`~perfguard.store.history` (series for the site), with
 machines and commits upserted by :mod:`~perfguard.store.rows`; :mod:`~perfguard.store.probes`
 answers whether a write would fail before anything is measured.
 """
@@ -24,8 +24,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from perfguard.errors import StoreError
-from perfguard.store import checks, history, probes, regressions, schema
+from perfguard.store import acceptances as acceptances_table
+from perfguard.store import change_points as change_points_table
+from perfguard.store import checks, history, probes, schema
 from perfguard.store import runs as run_queries
+from perfguard.store.acceptances import AcceptanceRecord, StoredAcceptance
+from perfguard.store.change_points import ChangePointRecord, StoredChangePoint
 from perfguard.store.columns import StoredValueError
 from perfguard.store.engine import READ_ONLY_HINT, WRITE_OPTION, create, explain
 from perfguard.store.models import Commit, Machine, Result
@@ -44,12 +48,6 @@ from perfguard.store.records import (
     check_record,
     require_aware,
     require_text,
-)
-from perfguard.store.regressions import (
-    AcceptanceRecord,
-    ChangePointRecord,
-    StoredAcceptance,
-    StoredChangePoint,
 )
 from perfguard.store.rows import stored_commit, stored_machine, upsert_commit, upsert_machine
 from perfguard.store.runs import ResultsByKey
@@ -399,9 +397,11 @@ class Store:
             check_record(f"acceptance {i} of {len(acceptances)}", record.validate)
         with self._writing("recording an acceptance in") as session:
             commit_id = upsert_commit(session, commit, self.dialect)
-            ids = regressions.insert_acceptances(session, commit_id, acceptances, created_at, self.dialect)
+            ids = acceptances_table.insert_acceptances(
+                session, commit_id, acceptances, created_at, self.dialect
+            )
         with self._reading("reading acceptances from") as session:
-            stored = {a.id: a for a in regressions.acceptances(session, ids=ids, trusted_only=False)}
+            stored = {a.id: a for a in acceptances_table.acceptances(session, ids=ids, trusted_only=False)}
         return [stored[i] for i in ids]
 
     def acceptances(
@@ -413,7 +413,7 @@ class Store:
         all of them at their commit (``trusted`` says which ones count).
         """
         with self._reading("reading acceptances from") as session:
-            return regressions.acceptances(session, shas=shas, trusted_only=trusted_only)
+            return acceptances_table.acceptances(session, shas=shas, trusted_only=trusted_only)
 
     def record_change_points(
         self,
@@ -443,7 +443,7 @@ class Store:
         if not points:
             return []
         with self._writing("recording change points in") as session:
-            ids = regressions.upsert_change_points(
+            ids = change_points_table.upsert_change_points(
                 session,
                 machine_id=upsert_machine(session, machine, self.dialect),
                 commit_id=upsert_commit(session, commit, self.dialect),
@@ -454,7 +454,7 @@ class Store:
                 dialect=self.dialect,
             )
         with self._reading("reading change points from") as session:
-            stored = {p.id: p for p in regressions.change_points(session, ids=ids)}
+            stored = {p.id: p for p in change_points_table.change_points(session, ids=ids)}
         return [stored[i] for i in ids]
 
     def change_points(
@@ -471,7 +471,7 @@ class Store:
         ``flagged_only``: only the steps that no trusted acceptance covers.
         """
         with self._reading("reading change points from") as session:
-            return regressions.change_points(
+            return change_points_table.change_points(
                 session,
                 machine_key=machine_key,
                 sha=sha,
@@ -497,7 +497,7 @@ class Store:
 
     # --- history -----------------------------------------------------------------------------------
 
-    def series(self, **filters: Any) -> list[history.Series]:
+    def series(self, **filters: Any) -> list[history.StoredSeries]:
         """Series over commits per (machine, benchmark, params_key); see :func:`history.series`.
 
         ``trusted_only=True`` leaves out runs of untrusted contexts (the published history site).
@@ -505,7 +505,7 @@ class Store:
         with self._reading("reading history from") as session:
             return history.series(session, **filters)
 
-    def latest(self, **filters: Any) -> list[history.Series]:
+    def latest(self, **filters: Any) -> list[history.StoredSeries]:
         """The newest point of every matching series; see :func:`history.latest`."""
         with self._reading("reading history from") as session:
             return history.latest(session, **filters)

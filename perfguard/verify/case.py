@@ -13,7 +13,7 @@ import torch
 from attention.pattern import dilated_pattern
 from attention.registry import ImplConfig, ImplSpec, ShapeConfig
 from perfguard.verify import probes
-from perfguard.verify.planning import Case
+from perfguard.verify.planning import Scenario
 from perfguard.verify.results import RowResult
 from perfguard.verify.shared import RunCache
 
@@ -37,7 +37,7 @@ class CaseRun:
         spec: ImplSpec,
         module: torch.nn.Module,
         cfg: ImplConfig,
-        case: Case,
+        case: Scenario,
         device: str,
         dtype: torch.dtype,
         seed: int,

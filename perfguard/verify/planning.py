@@ -21,7 +21,9 @@ DEFAULT_DTYPES: dict[str, tuple[str, ...]] = {"cpu": ("float32",), "cuda": ("bfl
 
 
 @dataclass(frozen=True)
-class Case:
+class Scenario:
+    """One way an implementation is called in verification: a mode (forward, backward, ...) and causality."""
+
     mode: str
     causal: bool
 
@@ -125,7 +127,7 @@ def scope(
     whose suite labels (asv's ``name(params)``) it matches, and selecting none is a usage error.
     """
     from perfguard import profiles
-    from perfguard.suite import suite_labels
+    from perfguard.engine.suite import suite_labels
 
     if profile_name is None and not bench_regexes:
         return impls, dtypes
@@ -141,7 +143,7 @@ def scope(
             compiled = [re.compile(r) for r in bench_regexes]
         except re.error as exc:
             raise UsageError(f"--bench is not a regular expression: {exc}") from None
-        from perfguard.cases import kernels
+        from perfguard.engine.cases import kernels
 
         kernel_names = kernels()  # the backends comparison's (none before attention.backends)
         names = impls or tuple(registry)

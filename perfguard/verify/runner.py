@@ -42,7 +42,7 @@ from perfguard.verify.numerics import (
     restored_global_settings,
     tolerance,
 )
-from perfguard.verify.planning import Case, PlannedRow, plan
+from perfguard.verify.planning import PlannedRow, Scenario, plan
 from perfguard.verify.results import CHECKS, RowResult, VerifyReport
 from perfguard.verify.shared import RunCache
 
@@ -198,12 +198,12 @@ def verify_row(
             except Exception as exc:
                 row.record("build", mode, "fail", probes.describe(exc))
                 for causal in causals:
-                    row.block(_AFTER_BUILD, Case(mode, causal).label, "build failed")
+                    row.block(_AFTER_BUILD, Scenario(mode, causal).label, "build failed")
                 continue
             row.record("build", mode, "pass")
             for causal in causals:
                 CaseRun(
-                    row, spec, module, cfg, Case(mode, causal), device, dtype, seed, root, registry, cache
+                    row, spec, module, cfg, Scenario(mode, causal), device, dtype, seed, root, registry, cache
                 ).run()
             del module
     if cuda:

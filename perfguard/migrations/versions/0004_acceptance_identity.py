@@ -6,7 +6,7 @@ Create Date: 2026-12-02 00:00:00
 
 Recording acceptances looked for an identical row, then inserted: two writers at the same moment
 both inserted (issue 27: 80 rows where 15 were recorded, on PostgreSQL).  ``identity`` is the
-SHA-256 of the acceptance's fields (``perfguard.store.regressions.acceptance_identity``, frozen
+SHA-256 of the acceptance's fields (``perfguard.store.acceptances.acceptance_identity``, frozen
 below as it was when this was written), and (commit, identity) is unique, so the writers'
 ``INSERT .. ON CONFLICT DO NOTHING`` store it once.  Rows stored twice before are merged into the
 oldest (the change points they accepted point at it).

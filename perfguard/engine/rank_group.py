@@ -1,8 +1,8 @@
 """The ranks of a distributed round: launching the group, joining it, and what every rank agrees on.
 
 A round of a distributed profile is one *group* of processes (docs/design.md, "Distributed
-rounds"): :mod:`perfguard.rounds` starts ``python -m torch.distributed.run --standalone
---nproc_per_node N -m perfguard.round_worker SPEC`` (:func:`launch_command`), and the group is the
+rounds"): :mod:`perfguard.engine.rounds` starts ``python -m torch.distributed.run --standalone
+--nproc_per_node N -m perfguard.engine.round_worker SPEC`` (:func:`launch_command`), and the group is the
 round's process: when a rank dies torchrun ends the others and exits non-zero, and the parent
 treats that exactly as a worker that died.  Each rank of the worker calls :func:`join` (gloo on the
 CPU, NCCL with one GPU per rank on CUDA), discovers the same suite in the same order (checked:

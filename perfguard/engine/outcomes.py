@@ -3,7 +3,7 @@
 asv keeps one number per ``track_*`` benchmark; perfguard's verdicts need the per-call samples of
 every round, how they were taken, and the work counts' breakdown.  Each suite benchmark therefore
 calls :func:`record` with an :class:`Outcome` right before it returns its number.  perfguard's
-round worker (:mod:`perfguard.round_worker`) runs the suite's benchmarks in its own process and
+round worker (:mod:`perfguard.engine.round_worker`) runs the suite's benchmarks in its own process and
 :func:`take` s the outcome of each one after asv's ``run`` returned.  Under plain ``asv run`` (one
 benchmark per process) nothing takes them and they die with the process: the suite behaves exactly
 as asv expects.  Standard library only.

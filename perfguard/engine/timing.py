@@ -9,7 +9,7 @@ GPU work is asynchronous and the host adds noise, so on CUDA (``research/gpu_tim
   the capture's side stream is timed with events and kept as information (``info.eager_s``); a
   call that cannot be captured (a host sync, a CPU tensor copied in) is timed eagerly
   (``method = "cuda-events"``) and the capture error is recorded.  The graph is kept
-  (``keep_graph``) so that :mod:`perfguard.work` can count its kernels at no extra cost;
+  (``keep_graph``) so that :mod:`perfguard.engine.work` can count its kernels at no extra cost;
 - **warm-up as long as the GPU needs**: ``warmup_s`` (0.3 s) of replays when the GPU was idle
   (the first timing of a process, or more than ``idle_gap_s`` since the last one: clocks and power
   settle within ~0.1 s of heavy work on an H100), else ``rewarm_s`` (20 ms, at least two calls):
@@ -338,7 +338,7 @@ def _gc_paused() -> Iterator[None]:
 
     What the warm-up left behind is young: a collection of the young generations clears it.  A
     full one walks every object of torch's compiler stack (0.27 s each, 14 s of a production round
-    on an H100: py-spy, docs/perf/check.md); :func:`perfguard.passes.release` does that once per case.
+    on an H100: py-spy, docs/perf/check.md); :func:`perfguard.engine.passes.release` does that once per case.
     """
     enabled = gc.isenabled()
     gc.collect(1)

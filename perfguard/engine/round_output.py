@@ -1,7 +1,7 @@
 """What a round's worker writes, read back: JSON lines in, validated result records out.
 
-The worker (:mod:`perfguard.round_worker`) writes one JSON line per event (``plan``, ``start``,
-``result``, ``done``; docs/design.md, "Rounds").  The parent (:class:`perfguard.rounds.RoundRunner`)
+The worker (:mod:`perfguard.engine.round_worker`) writes one JSON line per event (``plan``, ``start``,
+``result``, ``done``; docs/design.md, "Rounds").  The parent (:class:`perfguard.engine.rounds.RoundRunner`)
 reads them while the worker runs (:func:`read_events_at`: progress) and after it ended
 (:func:`read_events`).  Every ``result`` line is validated before it becomes a record
 (:func:`to_records`): numbers finite and within a float, samples a list of numbers, info a bounded
@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from perfguard.engine.suite import EFFICIENCY, THROUGHPUT, kind_of
 from perfguard.store.records import RecordError, ResultRecord
-from perfguard.suite import EFFICIENCY, THROUGHPUT, kind_of
 from perfguard.units import format_value
 
 _MAX_INFO_BYTES = 256 * 1024

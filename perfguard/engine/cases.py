@@ -61,7 +61,7 @@ def device_from_environment() -> str:
     wanted = os.environ.get(profiles.DEVICE_ENV, "").strip().lower()
     if wanted in ("cpu", "cuda"):
         return wanted
-    from perfguard.machine import cuda_visible
+    from perfguard.engine.machine import cuda_visible
 
     return "cuda" if cuda_visible() else "cpu"
 

@@ -343,7 +343,7 @@ def software_differences(base: Mapping[str, Any], head: Mapping[str, Any]) -> di
     return {n: (base.get(n), head.get(n)) for n in names if base.get(n) != head.get(n)}
 
 
-if __name__ == "__main__":  # pragma: no cover - `python -m perfguard.machine` prints the fingerprint
+if __name__ == "__main__":  # pragma: no cover - `python -m perfguard.engine.machine` prints the fingerprint
     import json
 
     fp = fingerprint()

@@ -9,10 +9,10 @@ most once, in the order that keeps the numbers clean:
 1. the **first call** (compilation, autotuning, lazy loading: never measured; a GPU out-of-memory
    makes the case *skipped*, not failed);
 2. **peak memory**, two eager calls, before anything is captured;
-3. the **work counts**, one eager call under a dispatch mode (:mod:`perfguard.work`);
+3. the **work counts**, one eager call under a dispatch mode (:mod:`perfguard.engine.work`);
 4. **capture** as a CUDA graph (one timed eager call on the side stream first), and the kernel
    count of that graph;
-5. the **timing** of the graph replay (:mod:`perfguard.timing`).
+5. the **timing** of the graph replay (:mod:`perfguard.engine.timing`).
 
 Under plain ``asv run`` (one benchmark per process) the same objects do only the steps that one
 benchmark needs.  The re-measurement stage may also ask for :meth:`Pass.breakdown`, a profiler pass
@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfguard import cases, profiles, timing, work
+from perfguard import profiles
+from perfguard.engine import cases, timing, work
 
 PASSES = ("forward", "forward_backward")
 
@@ -175,7 +176,7 @@ class CaseSlot:
 
     A case that cannot run here is remembered as such (the other benchmarks of the same case
     are skipped with the same reason, without building it again).  One slot per way of building
-    a case: :func:`cases.build` here, a rank's shard in :mod:`perfguard.shards`.
+    a case: :func:`cases.build` here, a rank's shard in :mod:`perfguard.engine.shards`.
     """
 
     def __init__(self, build: Callable[..., cases.Case]) -> None:

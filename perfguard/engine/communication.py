@@ -161,7 +161,7 @@ def measure(fn: Callable[[], Any], device: str, *, calls: int = CALLS) -> Exchan
     """
     if device != "cuda":
         return _host_waits(fn, calls, sync=False)
-    from perfguard.timing import per_rank
+    from perfguard.engine.timing import per_rank
 
     first = _profiled(fn)
     if min(per_rank(1.0 if first[0] else 0.0)) > 0:

@@ -6,7 +6,8 @@ the round's ranks: rank ``r`` of ``N`` holds the contiguous positions ``attentio
 whole sequence), and the module is built as the registry builds it for the benchmarks, with
 :func:`perfguard.profiles.distributed_dilation`'s segments and ``sequence_parallel=True`` (with
 one rank: the single-device ring with the registry's ``ring_size``, the N = 1 point of the scaling
-view).  The result is a plain :class:`perfguard.cases.Case`, so :mod:`perfguard.passes` measures it
+view).  The result is a plain :class:`perfguard.engine.cases.Case`, so
+:mod:`perfguard.engine.passes` measures it
 step by step exactly as it measures a single-process case.
 
 What the case stands for is the whole sequence: ``tokens`` and the attended-pair ``forward_flops``
@@ -20,9 +21,11 @@ from typing import Any
 
 import torch
 
-from perfguard import cases, passes, profiles
+from perfguard import profiles
 
 #: The implementations with a sequence-parallel path (``attention._distributed``), in suite order.
+from perfguard.engine import cases, passes
+
 RING_IMPLS = profiles.DISTRIBUTED_IMPLS
 
 
@@ -36,7 +39,7 @@ def world() -> tuple[int, int]:
 
 
 def build(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Profile) -> cases.Case:
-    """This rank's case for one benchmark x params, or raise :class:`perfguard.cases.Unsupported`."""
+    """This rank's case for one benchmark x params, or raise :class:`perfguard.engine.cases.Unsupported`."""
     from attention._plan import split_lengths
     from attention.pattern import dilated_attended_pairs
     from attention.registry import get
@@ -116,7 +119,7 @@ _SLOT = passes.CaseSlot(build)
 
 
 def current(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Profile) -> passes.Measured:
-    """This rank's case for these parameters, built once (see :class:`perfguard.passes.CaseSlot`)."""
+    """This rank's case for these parameters, built once (see :class:`perfguard.engine.passes.CaseSlot`)."""
     return _SLOT.current(impl, seq_len, dtype, device, profile)
 
 

@@ -2,7 +2,7 @@
 
 A *round* is one fresh process per side (docs/design.md, "Rounds"): process-to-process variance is
 the noise a verdict must see, and one process may measure every selected benchmark of its side.
-:class:`RoundRunner` starts :mod:`perfguard.round_worker` on the asv suite of the checkout perfguard
+:class:`RoundRunner` starts :mod:`perfguard.engine.round_worker` on the asv suite of the checkout perfguard
 runs in (the suite, the timer and perfguard itself always come from there: both sides are measured
 by the same rules, as with ``asv continuous``), with ``attention`` imported from the commit being
 measured: the worker runs in a scratch directory holding two links, ``attention -> <source>/attention``
@@ -19,14 +19,14 @@ Robustness: the worker writes one JSON line per event.  If it dies (a segfault, 
 CUDA error that ends the process), the benchmark it was measuring is ``failed`` with how the process
 ended, the case's other benchmarks fail with it (they would kill the next process too), and a fresh
 process measures the rest.  Every line is validated before it becomes a :class:`ResultRecord`
-(:mod:`perfguard.round_output`): a bad value fails that benchmark with a clear error, never
+(:mod:`perfguard.engine.round_output`): a bad value fails that benchmark with a clear error, never
 perfguard.  What a benchmark's numbers are (metric, unit, direction) and how ``--bench`` selects
-them is :mod:`perfguard.suite`.  Compilation caches (Inductor, Triton, CUDA's JIT) persist on
+them is :mod:`perfguard.engine.suite`.  Compilation caches (Inductor, Triton, CUDA's JIT) persist on
 the machine between rounds, one directory per *trust domain*: code under review compiles into
 ``untrusted`` and can never write a kernel that a trusted (baseline) round loads.
 
 A round of a distributed profile is one *group* of ``ranks`` processes under ``torchrun``
-(:mod:`perfguard.ranks`): the group is the round's process.  When a rank dies, torchrun ends the
+(:mod:`perfguard.engine.rank_group`): the group is the round's process.  When a rank dies, torchrun ends the
 others and exits non-zero; the round goes on exactly as after a worker that died (the combination
 in flight fails, with the rank and how it ended, and a fresh group measures the rest).  Rank 0
 writes the output; every rank's pid is written next to it, so that a group whose torchrun had to
@@ -50,12 +50,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from perfguard import round_output
+from perfguard.engine import round_output
+from perfguard.engine.round_worker import case_of
+from perfguard.engine.suite import load_benchmark_dir
 from perfguard.errors import BenchmarkError
 from perfguard.profiles import DEVICE_ENV, DISTRIBUTED_SUITE, PROFILE_ENV, Profile
-from perfguard.round_worker import case_of
 from perfguard.store.records import ResultRecord
-from perfguard.suite import load_benchmark_dir
 
 #: The package whose code differs between the commits perfguard compares.
 PACKAGE = "attention"
@@ -186,7 +186,7 @@ class RoundRunner:
 
         ``profile``: regexes of benchmarks whose cases also get a profiler breakdown (the report's
         "what changed underneath" table; the re-measurement stage asks for it).  ``exclude``:
-        ``Class.method`` names this round leaves out (:data:`perfguard.suite.HISTORY_ONLY`).
+        ``Class.method`` names this round leaves out (:data:`perfguard.engine.suite.HISTORY_ONLY`).
         """
         shim = import_shim(target.source, self.work_dir, self.benchmark_dir)
         output = shim / "round.jsonl"
@@ -202,9 +202,9 @@ class RoundRunner:
         events: list[dict[str, Any]] = []
         logs: list[str] = []
         # faulthandler: a benchmark that crashes the process leaves its Python stack in the log
-        worker = ["perfguard.round_worker", str(shim / "spec.json")]
+        worker = ["perfguard.engine.round_worker", str(shim / "spec.json")]
         if self.profile.distributed:
-            from perfguard.ranks import LAUNCH_ENV, launch_command
+            from perfguard.engine.rank_group import LAUNCH_ENV, launch_command
 
             env.update(LAUNCH_ENV)
             command = launch_command(worker, self.ranks)

@@ -1,13 +1,14 @@
 """One round of one side, in one fresh process: every selected benchmark of the asv suite.
 
-``python -m perfguard.round_worker SPEC.json`` (started by :mod:`perfguard.rounds`, never by hand).
+``python -m perfguard.engine.round_worker SPEC.json`` (started by :mod:`perfguard.engine.rounds`,
+never by hand).
 The spec names the suite directory, the ``--bench`` regexes, the combinations to run (a restart
 after a crash gets the rest), the benchmarks to profile for the report, and the output file.
 
 The suite is discovered and run the way asv's own runner does it (``asv_runner``: discovery,
 ``setup`` / ``run`` / ``teardown`` per parameter combination; a ``NotImplementedError`` in setup
 or ``SkipNotImplemented`` in the benchmark is *skipped*), but all in this process, in an order that
-lets the benchmarks of one case share it (:mod:`perfguard.passes`): process start-up, CUDA
+lets the benchmarks of one case share it (:mod:`perfguard.engine.passes`): process start-up, CUDA
 initialisation and every case's first call are paid once per round instead of once per number.
 
 Output: one JSON object per line, flushed as soon as it is known, so that the parent can show
@@ -25,7 +26,7 @@ leave the context unusable, so the parent starts a fresh process for the rest of
 The spec's ``suite`` names the one asv module a distributed profile's round runs
 (``bench_distributed``); ``exclude_suites`` the modules any other round leaves out (that one).
 
-**Under torchrun** (a distributed profile, :mod:`perfguard.ranks`) every rank runs this: it joins
+**Under torchrun** (a distributed profile, :mod:`perfguard.engine.rank_group`) every rank runs this: it joins
 the group, discovers the same plan (checked), runs every benchmark, and the ranks agree on each
 outcome (a benchmark skipped or failed on one rank is skipped or failed for the group); only rank
 0 writes the output.  A rank whose benchmark raises cannot know whether the others wait for it
@@ -129,7 +130,7 @@ def run(spec: dict[str, Any]) -> int:
     from asv_runner.benchmarks.mark import SkipNotImplemented
     from asv_runner.discovery import disc_benchmarks
 
-    from perfguard import fallbacks, measurement, ranks
+    from perfguard.engine import fallbacks, outcomes, rank_group
 
     started = time.perf_counter()
     bench_dir = Path(spec["benchmark_dir"])
@@ -141,8 +142,8 @@ def run(spec: dict[str, Any]) -> int:
     suite = spec.get("suite")
     excluded = set(spec.get("exclude_suites") or ())
     left_out = set(spec.get("exclude_benchmarks") or ())  # ``Class.method`` names (suite.HISTORY_ONLY)
-    group = ranks.join(device) if ranks.launched() else None
-    if group is not None:  # the parent makes sure no rank outlives the group (perfguard.rounds)
+    group = rank_group.join(device) if rank_group.launched() else None
+    if group is not None:  # the parent makes sure no rank outlives the group (perfguard.engine.rounds)
         Path(spec["output"]).with_name(f"rank{group.rank}.pid").write_text(str(os.getpid()))
     output = spec["output"] if group is None or group.writer else os.devnull
     with open(output, "a", encoding="utf-8") as out:
@@ -162,7 +163,7 @@ def run(spec: dict[str, Any]) -> int:
         ]
         selected.sort(key=_sort_key)
         if group is not None:
-            ranks.check_same("the round's plan", "\n".join(item[2] for item in selected))
+            rank_group.check_same("the round's plan", "\n".join(item[2] for item in selected))
         _emit(
             out,
             event="plan",
@@ -192,7 +193,7 @@ def run(spec: dict[str, Any]) -> int:
                     else:
                         try:
                             value = bench.run(*values)
-                            outcome = measurement.take(bench.name, params)
+                            outcome = outcomes.take(bench.name, params)
                             result.update(_result_fields(value, outcome, bench))
                             if any(r.search(label) for r in profile_regexes):
                                 name = "forward_backward" if "ForwardBackward" in bench.name else "forward"
@@ -218,7 +219,7 @@ def run(spec: dict[str, Any]) -> int:
             if group is not None and result["status"] == "failed":
                 return _abandon(out, result, group)
             if group is not None:
-                result = ranks.agree(result, group)
+                result = rank_group.agree(result, group)
                 failed_on_cuda = failed_on_cuda or (device == "cuda" and result["status"] == "failed")
             _emit(out, event="result", **result)
             if failed_on_cuda:
@@ -227,31 +228,31 @@ def run(spec: dict[str, Any]) -> int:
         _release(group is not None)
         _emit(out, event="done", seconds=time.perf_counter() - started)
     if group is not None:
-        ranks.leave()
+        rank_group.leave()
     return 0
 
 
 class _Tainted(Exception):
-    """A benchmark of a case whose path switched in an earlier benchmark (:mod:`perfguard.fallbacks`)."""
+    """A benchmark of a case whose path switched in an earlier one (:mod:`perfguard.engine.fallbacks`)."""
 
 
 def _current_measured(distributed: bool) -> Any:
-    """The case this process measures now (the distributed suite keeps its own, :mod:`perfguard.shards`)."""
+    """The case this process measures now (the distributed suite keeps its own: ``engine.shards``)."""
     if distributed:
-        from perfguard import shards
+        from perfguard.engine import shards
 
         return shards.current_measured()
-    from perfguard import passes
+    from perfguard.engine import passes
 
     return passes.current_measured()
 
 
 def _release(distributed: bool) -> None:
-    from perfguard import passes
+    from perfguard.engine import passes
 
     passes.release()
     if distributed:
-        from perfguard import shards
+        from perfguard.engine import shards
 
         shards.release()
 
@@ -295,7 +296,9 @@ def _result_fields(value: Any, outcome: Any, bench: Any) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m perfguard.round_worker SPEC.json (started by perfguard)", file=sys.stderr)
+        print(
+            "usage: python -m perfguard.engine.round_worker SPEC.json (started by perfguard)", file=sys.stderr
+        )
         return 2
     spec = json.loads(Path(args[0]).read_text(encoding="utf-8"))
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
