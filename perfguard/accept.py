@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfguard.errors import UsageError
+from perfguard.metrics import NAMES, REPORTED_METRICS
 from perfguard.store.acceptances import AcceptanceRecord, AcceptanceTerms, short_benchmark
-from perfguard.store.records import METRICS
 
 if TYPE_CHECKING:
     from perfguard.compare import Item, SuiteComparison
@@ -164,8 +164,8 @@ def parse_tokens(tokens: Sequence[str], *, where: str = "acceptance") -> Accepta
                 hint=hint,
             )
         if name == "metric":
-            if value not in METRICS:
-                raise AcceptError(f"{where}: metric {value!r} is not one of {', '.join(METRICS)}", hint=hint)
+            if value not in NAMES:
+                raise AcceptError(f"{where}: metric {value!r} is not one of {', '.join(NAMES)}", hint=hint)
             metric = value
         else:
             params[name] = value
@@ -373,7 +373,7 @@ def beyond_ceiling(item: Item, ceiling: float) -> bool:
     regression needs over the threshold (docs/verdicts.md, stage 1), so noise around an accepted
     ratio cannot fail a check that the same noise could not fail without the acceptance.
     """
-    from perfguard.compare import DETERMINISTIC_METRICS
+    from perfguard.metrics import DETERMINISTIC_METRICS
 
     if item.ratio is None:  # infinitely worse (from 0), or no number at all
         return True
@@ -462,7 +462,7 @@ def _source_of(item: Item) -> tuple[str, str] | None:
 
     derived_source = getattr(compare, "derived_source", None)
     source = derived_source(item.benchmark) if derived_source is not None else None
-    if source is None or item.gated or item.metric not in compare.REPORTED_METRICS:
+    if source is None or item.gated or item.metric not in REPORTED_METRICS:
         return None
     return (source, item.params_key)
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.errors import ConfigError
+from perfguard.metrics import NAMES, WORK_METRICS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -54,10 +55,6 @@ MAX_SEED = 2**64 - 1
 #: ``memory_floor_bytes``: 1 EiB, beyond any GPU's memory.
 MAX_BYTES = 2**60
 
-#: Metrics the asv suites produce (docs/design.md, "asv suites").
-METRICS = ("time", "memory", "throughput", "efficiency", "flops", "ops", "kernels", "allocated")
-#: The work metrics: deterministic counts of one call, gated with ``work_threshold``.
-WORK_METRICS = ("flops", "ops", "kernels", "allocated")
 
 _TOP_KEYS = {
     "threshold",
@@ -86,8 +83,8 @@ class Override:
     """One ``[[tool.perfguard.override]]``: which items it selects and what it changes.
 
     Selectors (all given ones must match): ``impl`` and ``benchmark`` are shell globs
-    (``multihead_*``, ``Forward*``), ``metric`` one of :data:`METRICS`, ``params`` a table whose
-    every key must be in the item's params with a value matching (glob on the value's text:
+    (``multihead_*``, ``Forward*``), ``metric`` one of :data:`perfguard.metrics.NAMES`, ``params`` a
+    table whose every key must be in the item's params with a value matching (glob on the value's text:
     ``{seq_len = 256}``, ``{dtype = "*16"}``).  Settings: ``threshold`` (for memory items, the
     memory threshold), ``gate = false`` (report only, never fails) or ``true``.  ``note`` is free
     text shown in reports (why the exception exists).
@@ -429,8 +426,8 @@ def _overrides(value: Any, source: str) -> tuple[Override, ...]:
                     raise _bad(f"{where}.{key}", entry[key], source, "expected a non-empty string")
                 kw[key] = entry[key]
         if "metric" in entry:
-            if entry["metric"] not in METRICS:
-                expected = f"expected one of {', '.join(METRICS)}"
+            if entry["metric"] not in NAMES:
+                expected = f"expected one of {', '.join(NAMES)}"
                 raise _bad(f"{where}.metric", entry["metric"], source, expected)
             kw["metric"] = entry["metric"]
         if "params" in entry:

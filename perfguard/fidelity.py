@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from perfguard.errors import UsageError
+from perfguard.metrics import DETERMINISTIC_METRICS
 
 if TYPE_CHECKING:
     from perfguard.measuring import Bench
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
 
 #: The timing bound on CUDA when none is given (issue 26: "within 1.10x").
 CUDA_TIME_TOLERANCE = 1.10
-#: Metrics compared exactly.
-EXACT_METRICS = frozenset({"memory", "flops", "ops", "kernels", "allocated"})
 
 
 @dataclass(frozen=True)
@@ -256,7 +255,7 @@ def _compare(in_round: ResultRecord, alone: ResultRecord | None, tolerance: floa
             **row, agree=False, why=f"another code path alone ({path_a} in the round, {path_b})"
         )
     a, b = in_round.value, alone.value
-    if in_round.metric in EXACT_METRICS:
+    if in_round.metric in DETERMINISTIC_METRICS:
         return FidelityRow(**row, agree=a == b, why="" if a == b else "an exact number that differs")
     if in_round.metric != "time" or a is None or b is None or a <= 0 or b <= 0:
         return FidelityRow(**row, agree=None, why="derived or reported: not judged")

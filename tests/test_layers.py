@@ -19,6 +19,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     (
         "errors",
         "units",
+        "metrics",
         "console",
         "files",
         "output_paths",

@@ -52,12 +52,9 @@ from __future__ import annotations
 
 from perfguard.compare.model import (
     DERIVED_FROM,
-    DETERMINISTIC_METRICS,
     FAILING_VERDICTS,
-    REPORTED_METRICS,
     STATUSES,
     VERIFY_BENCHMARK,
-    WORK_METRICS,
     Item,
     Measurement,
     SuiteComparison,
@@ -73,12 +70,9 @@ from perfguard.store.records import params_key
 
 __all__ = [
     "DERIVED_FROM",
-    "DETERMINISTIC_METRICS",
     "FAILING_VERDICTS",
-    "REPORTED_METRICS",
     "STATUSES",
     "VERIFY_BENCHMARK",
-    "WORK_METRICS",
     "Item",
     "Measurement",
     "SuiteComparison",

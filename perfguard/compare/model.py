@@ -20,7 +20,6 @@ from perfguard.engine.suite import short_name
 from perfguard.errors import EXIT_FAILED, EXIT_OK
 from perfguard.store.records import (
     CHECK_ITEM_COLUMNS,
-    COUNT_METRICS,
     CheckItemRecord,
     ResultRecord,
     params_key,
@@ -54,12 +53,6 @@ FAILING_VERDICTS = frozenset({Verdict.REGRESSION, Verdict.BROKEN, Verdict.FAILED
 #: The benchmark name of the item that stands for a broken implementation with no benchmark.
 VERIFY_BENCHMARK = "perfguard verify"
 STATUSES = ("ok", "failed", "skipped")
-#: Metrics whose value is deterministic (no statistics: a rise over the threshold fails; memory
-#: also needs a rise over its byte floor).  The work metrics count what one call does.
-WORK_METRICS = COUNT_METRICS
-DETERMINISTIC_METRICS = frozenset({"memory"}) | WORK_METRICS
-#: Metrics that are reported, not gated, unless an override says ``gate = true``.
-REPORTED_METRICS = frozenset({"throughput", "efficiency"})
 #: Reported numbers computed from another benchmark's samples (asvrun derives them from the forward
 #: samples): one measurement gets one verdict, its source's (DESIGN.md, "Verdicts").
 DERIVED_FROM = {

@@ -15,27 +15,14 @@ from typing import Any
 
 from perfguard import stats
 from perfguard.compare.model import (
-    DETERMINISTIC_METRICS,
-    REPORTED_METRICS,
-    WORK_METRICS,
     Item,
     Measurement,
     Verdict,
     describe,
 )
 from perfguard.config import Config, Rule
+from perfguard.metrics import DETERMINISTIC_METRICS, REGISTRY, REPORTED_METRICS, WORK_METRICS
 from perfguard.units import format_delta, format_value
-
-_WORDS = {  # metric -> (worse, better) after "N.NN×"
-    "time": ("slower", "faster"),
-    "memory": ("more memory", "less memory"),
-    "throughput": ("lower", "higher"),
-    "efficiency": ("lower", "higher"),
-    "flops": ("more FLOPs", "fewer FLOPs"),
-    "ops": ("more ops", "fewer ops"),
-    "kernels": ("more kernels", "fewer kernels"),
-    "allocated": ("more allocated", "less allocated"),
-}
 
 
 def _fmt_p(p: float) -> str:
@@ -48,7 +35,8 @@ def _fmt_p(p: float) -> str:
 
 def _fmt_ratio(ratio: float, metric: str) -> str:
     """ "2.01× slower" or "1.50× faster" for an oriented ratio (> 1 = worse)."""
-    worse, better = _WORDS.get(metric, ("worse", "better"))
+    known = REGISTRY.get(metric)
+    worse, better = (known.worse, known.better) if known is not None else ("worse", "better")
     if math.isinf(ratio):
         return f"infinitely {worse}" if metric == "time" else f"∞× {worse}"
     if ratio >= 1:

@@ -11,8 +11,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from perfguard.compare.model import (
-    DETERMINISTIC_METRICS,
-    REPORTED_METRICS,
     VERIFY_BENCHMARK,
     Item,
     Measurement,
@@ -23,6 +21,7 @@ from perfguard.compare.model import (
 )
 from perfguard.compare.rule import Pair, compare_pairs, structural
 from perfguard.config import Config
+from perfguard.metrics import DETERMINISTIC_METRICS, REPORTED_METRICS
 from perfguard.store.records import params_key
 
 

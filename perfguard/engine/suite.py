@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfguard import metrics
 from perfguard.errors import BenchmarkError
 from perfguard.profiles import BACKEND_IMPL, DISTRIBUTED_IMPLS, DISTRIBUTED_SUITE, SUITE
 from perfguard.store.records import ResultRecord
@@ -37,25 +38,30 @@ class Kind:
     direction: str
     gated: bool
 
+    @classmethod
+    def of(cls, metric: str, *, gated: bool | None = None) -> Kind:
+        """A benchmark of ``metric`` (:mod:`perfguard.metrics`: its unit and direction); ``gated``
+        overrides the metric's default (a reported timing, such as communication)."""
+        m = metrics.metric(metric)
+        return cls(m.name, m.unit, m.direction, m.gated if gated is None else gated)
+
 
 _KINDS = {
-    "Forward.track_time": Kind("time", "seconds", "lower", True),
-    "ForwardBackward.track_time": Kind("time", "seconds", "lower", True),
-    "PeakMemory.track_forward": Kind("memory", "bytes", "lower", True),
-    "PeakMemory.track_forward_backward": Kind("memory", "bytes", "lower", True),
+    "Forward.track_time": Kind.of("time"),
+    "ForwardBackward.track_time": Kind.of("time"),
+    "PeakMemory.track_forward": Kind.of("memory"),
+    "PeakMemory.track_forward_backward": Kind.of("memory"),
 }
 for _pass in ("forward", "forward_backward"):
-    _KINDS[f"Work.track_{_pass}_flops"] = Kind("flops", "FLOP", "lower", True)
-    _KINDS[f"Work.track_{_pass}_ops"] = Kind("ops", "aten ops", "lower", True)
-    _KINDS[f"Work.track_{_pass}_kernels"] = Kind("kernels", "kernels", "lower", True)
-    _KINDS[f"Work.track_{_pass}_allocated"] = Kind("allocated", "bytes", "lower", True)
+    for _work in (name for name in metrics.NAMES if name in metrics.WORK_METRICS):
+        _KINDS[f"Work.track_{_pass}_{_work}"] = Kind.of(_work)
     # the distributed suite: seconds of communication per call, reported (its share is in info)
-    _KINDS[f"Communication.track_{_pass}"] = Kind("time", "seconds", "lower", False)
+    _KINDS[f"Communication.track_{_pass}"] = Kind.of("time", gated=False)
 #: ``improved``'s forward time on each attention kernel: reported, never gated.  It compares kernels
 #: on one machine (which is fastest where), not commits; a kernel that gets slower is torch's or
 #: the driver's business, and ``Forward.track_time`` gates the kernel ``improved`` really runs.
 BACKENDS = "Backends.track_time"
-_KINDS[BACKENDS] = Kind("time", "seconds", "lower", False)
+_KINDS[BACKENDS] = Kind.of("time", gated=False)
 #: Benchmarks measured for the history only (``perfguard run``): reported, never gated, so the
 #: commands that decide something (check, calibrate, bisect) leave them out unless ``--bench`` asks
 #: for them, and a PR's rounds do not pay for them (8 kernels x the lengths, FlexAttention compiling).
@@ -69,13 +75,10 @@ def short_name(benchmark: str) -> str:
 
 #: The benchmarks over ``impl x seq_len x dtype`` (the backends comparison adds ``backend``).
 _PER_IMPL = tuple(name for name in _KINDS if name != BACKENDS)
-_UNIT_KINDS = {
-    "seconds": Kind("time", "seconds", "lower", True),
-    "bytes": Kind("memory", "bytes", "lower", True),
-}
+_UNIT_KINDS = {"seconds": Kind.of("time"), "bytes": Kind.of("memory")}
 #: Derived from ``Forward.track_time`` (the same measurement, inverted): reported, never gated.
-THROUGHPUT = Kind("throughput", "tokens/s", "higher", False)
-EFFICIENCY = Kind("efficiency", "TFLOP/s", "higher", False)
+THROUGHPUT = Kind.of("throughput")
+EFFICIENCY = Kind.of("efficiency")
 
 
 def suite_labels(

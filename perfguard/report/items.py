@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from perfguard.metrics import COLUMN_WORDS
 from perfguard.report import formatting
 from perfguard.store import StoredCheckItem, StoredCommit
 from perfguard.units import format_value
@@ -46,8 +47,6 @@ ACCEPTED = "accepted"
 QUIET = frozenset({"unchanged", "skipped"})
 #: An item's role: whether it can fail the check, is only reported, or follows another.
 ROLES = ("gated", "reported", "derived")
-#: How benchmark labels end, in the order their columns and lines come.
-COLUMN_WORDS = ("time", "memory", "tokens/s", "TFLOP/s", "FLOPs", "ops", "kernels", "allocated")
 #: Underneath rows the top of a report shows per benchmark.
 UNDERNEATH_ROWS = 5
 

@@ -21,13 +21,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfguard.engine.machine import scaling_class, split_ranks
+from perfguard.metrics import REGISTRY
 from perfguard.profiles import DISTRIBUTED_SUITE
 from perfguard.report import formatting
 from perfguard.report.items import column_order
 from perfguard.report.series import Series
+from perfguard.units import COUNT_UNITS
 
-#: What the view shows: the group's time, each rank's peak memory, each rank's work.
-METRICS = ("time", "memory", "flops", "allocated")
+#: What the view shows: the group's time, each rank's peak memory, each rank's work in FLOPs and
+#: bytes (its share of the sequence); aten ops and kernels count code, which a shard does not divide.
+METRICS = tuple(m.name for m in REGISTRY.values() if m.gated and m.unit not in COUNT_UNITS)
 
 
 @dataclass

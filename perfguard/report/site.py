@@ -40,6 +40,7 @@ from typing import Any
 from perfguard import units
 from perfguard.errors import UsageError
 from perfguard.files import check_output_path
+from perfguard.metrics import REPORTED_METRICS, in_family
 from perfguard.report import backends as backends_view
 from perfguard.report import formatting
 from perfguard.report import ranks as ranks_view
@@ -59,13 +60,9 @@ from perfguard.report.site_steps import (
 from perfguard.report.templating import SITE_CSP, STATIC_FILES, environment, static_text
 
 SITE_MARKER = ".perfguard-site"
-TIME_METRICS = ("time",)
-MEMORY_METRICS = ("memory",)
-#: Deterministic counts of one call (issue 12): FLOPs, aten ops, CUDA kernels, bytes allocated.
-WORK_METRICS = ("flops", "ops", "kernels", "allocated")
 #: What the index shows by default: the gated timings and memory (the rest behind a switch: derived
 #: and reported numbers such as the per-kernel times of ``backends.html``, and the work metrics).
-INDEX_METRICS = (*TIME_METRICS, *MEMORY_METRICS)
+INDEX_METRICS = tuple(m for m in (*in_family("time"), *in_family("memory")) if m not in REPORTED_METRICS)
 
 
 @dataclass(frozen=True)
@@ -196,7 +193,7 @@ def build_site(
             _group_view(g, memory=False)
             for g in groups(
                 series,
-                metrics=(*TIME_METRICS, "throughput", "efficiency"),
+                metrics=in_family("time"),
                 colors=colors,
                 slugs=slugs,
                 min_lines=2,
@@ -206,14 +203,14 @@ def build_site(
     for name, metrics, heading, intro, empty in (
         (
             "memory",
-            MEMORY_METRICS,
+            in_family("memory"),
             "Memory scaling",
             "Peak GPU memory.",
             "No peak-memory results are stored yet (memory benchmarks run on CUDA machines only).",
         ),
         (
             "work",
-            WORK_METRICS,
+            in_family("work"),
             "Work per call",
             "Deterministic counts of one call: FLOPs, dispatched aten ops, CUDA kernels launched and "
             "bytes allocated; they do not depend on a quiet machine and are gated like memory.",

@@ -106,9 +106,7 @@ from perfguard.store.acceptances import (
 from perfguard.store.change_points import ChangePointRecord, StoredChangePoint
 from perfguard.store.history import SeriesPoint, StoredSeries
 from perfguard.store.records import (
-    DIRECTIONS,
     MEASUREMENT_PURPOSES,
-    METRICS,
     PURPOSES,
     RESULT_STATUSES,
     CheckItemRecord,
@@ -139,9 +137,7 @@ from perfguard.store.url import (
 
 __all__ = [
     "ACCEPTANCE_SOURCES",
-    "DIRECTIONS",
     "MEASUREMENT_PURPOSES",
-    "METRICS",
     "PURPOSES",
     "RESULTS_ENV_VAR",
     "RESULT_STATUSES",

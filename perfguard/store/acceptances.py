@@ -25,9 +25,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from perfguard.metrics import NAMES
 from perfguard.store.models import Acceptance, ChangePoint, Commit
 from perfguard.store.records import (
-    METRICS,
     RecordError,
     require_json,
     require_text,
@@ -116,8 +116,8 @@ class AcceptanceRecord(AcceptanceTerms):
     def validate(self) -> None:
         require_text("acceptance impl", self.impl, 128)
         require_text("acceptance benchmark", self.benchmark, 255)
-        if self.metric is not None and self.metric not in METRICS:
-            raise RecordError(f"acceptance metric is {self.metric!r}; expected one of {', '.join(METRICS)}")
+        if self.metric is not None and self.metric not in NAMES:
+            raise RecordError(f"acceptance metric is {self.metric!r}; expected one of {', '.join(NAMES)}")
         require_json("acceptance params", self.params, mapping=True)
         for name, glob in self.params.items():
             if not isinstance(name, str) or not name or not isinstance(glob, str) or not glob:

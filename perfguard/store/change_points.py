@@ -17,11 +17,10 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
+from perfguard.metrics import DIRECTIONS, NAMES
 from perfguard.store.acceptances import StoredAcceptance, acceptances
 from perfguard.store.models import ChangePoint, Commit, Machine
 from perfguard.store.records import (
-    DIRECTIONS,
-    METRICS,
     RecordError,
     params_key,
     require_json,
@@ -59,8 +58,8 @@ class ChangePointRecord:
         require_text("impl", self.impl, 128)
         require_json("params", self.params, mapping=True)
         require_text("params_key", self.params_key, 512, allow_empty=True)
-        if self.metric not in METRICS:
-            raise RecordError(f"metric is {self.metric!r}; expected one of {', '.join(METRICS)}")
+        if self.metric not in NAMES:
+            raise RecordError(f"metric is {self.metric!r}; expected one of {', '.join(NAMES)}")
         require_text("unit", self.unit, 32)
         if self.direction not in DIRECTIONS:
             raise RecordError(f"direction is {self.direction!r}; expected one of {', '.join(DIRECTIONS)}")

@@ -198,7 +198,7 @@ class StoredJSON(Checked):
             elif value and not (MEASURED_RANGE[0] <= min(value) and max(value) <= MEASURED_RANGE[1]):
                 low, high = MEASURED_RANGE
                 bad = next((x for x in value if x != 0.0 and not low <= x <= high), None)
-                if bad is not None:  # zero is a count (records.COUNT_METRICS), never out of range
+                if bad is not None:  # zero is a count (metrics.WORK_METRICS), never out of range
                     raise ValueError(_outside(bad))
         return value
 

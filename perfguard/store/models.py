@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from sqlalchemy import Boolean, ForeignKey, Index, MetaData, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from perfguard.metrics import DIRECTIONS, NAMES
 from perfguard.store.columns import (
     StoredFloat,
     StoredInt,
@@ -26,7 +27,7 @@ from perfguard.store.columns import (
     UTCDateTime,
     name_columns,
 )
-from perfguard.store.records import DIRECTIONS, METRICS, RESULT_STATUSES
+from perfguard.store.records import RESULT_STATUSES
 
 # Named constraints, so that later migrations can drop or alter them by name on every backend
 # (SQLite's batch mode needs names; PostgreSQL would otherwise invent its own).
@@ -130,7 +131,7 @@ class Result(Base):
     impl: Mapped[str] = mapped_column(StoredText(128), index=True)
     params_key: Mapped[str] = mapped_column(StoredText(512))  # canonical "k=v,k=v" (sorted)
     params: Mapped[dict[str, Any]]
-    metric: Mapped[str] = mapped_column(StoredText(32, choices=METRICS))  # time | memory | flops | ...
+    metric: Mapped[str] = mapped_column(StoredText(32, choices=NAMES))  # time | memory | flops | ...
     unit: Mapped[str] = mapped_column(StoredText(32))  # seconds | bytes | tokens/s | TFLOP/s
     direction: Mapped[str] = mapped_column(StoredText(8, choices=DIRECTIONS))  # lower | higher (is better)
     gated: Mapped[bool] = mapped_column(Boolean)
@@ -201,7 +202,7 @@ class CheckItem(Base):
     impl: Mapped[str] = mapped_column(StoredText(128))
     params: Mapped[dict[str, Any]]
     params_key: Mapped[str] = mapped_column(StoredText(512))
-    metric: Mapped[str] = mapped_column(StoredText(32, choices=METRICS))
+    metric: Mapped[str] = mapped_column(StoredText(32, choices=NAMES))
     unit: Mapped[str] = mapped_column(StoredText(32))
     direction: Mapped[str] = mapped_column(StoredText(8, choices=DIRECTIONS))
     gated: Mapped[bool] = mapped_column(Boolean)
@@ -275,7 +276,7 @@ class ChangePoint(Base):
     impl: Mapped[str] = mapped_column(StoredText(128))
     params: Mapped[dict[str, Any]]
     params_key: Mapped[str] = mapped_column(StoredText(512))
-    metric: Mapped[str] = mapped_column(StoredText(32, choices=METRICS))
+    metric: Mapped[str] = mapped_column(StoredText(32, choices=NAMES))
     unit: Mapped[str] = mapped_column(StoredText(32))
     direction: Mapped[str] = mapped_column(StoredText(8, choices=DIRECTIONS))
     before: Mapped[float] = mapped_column(StoredFloat(finite=True))  # the previous commit's median

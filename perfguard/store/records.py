@@ -20,12 +20,8 @@ from datetime import datetime
 from typing import Any
 
 from perfguard.errors import StoreError
+from perfguard.metrics import DIRECTIONS, NAMES, WORK_METRICS
 
-METRICS = ("time", "memory", "throughput", "efficiency", "flops", "ops", "kernels", "allocated")
-DIRECTIONS = ("lower", "higher")
-#: Metrics that count what one call does (perfguard.engine.work).  Zero is a count: a call whose work runs
-#: inside a compiled region (FlexAttention under torch.compile) dispatches no FLOP-counted op.
-COUNT_METRICS = frozenset({"flops", "ops", "kernels", "allocated"})
 RESULT_STATUSES = ("ok", "failed", "skipped")
 PURPOSES = ("run", "baseline", "head", "retry", "calibrate")
 # Key of ``ResultRecord.info`` that counts the NaN / infinite samples dropped from ``samples``.
@@ -209,7 +205,7 @@ class ResultRecord:
                 f"params_key {self.params_key!r} is not the canonical key {params_key(self.params)!r}"
             )
         require_text("params_key", self.params_key, 512, allow_empty=True)
-        _choice("metric", self.metric, METRICS)
+        _choice("metric", self.metric, NAMES)
         require_text("unit", self.unit, 32)
         _choice("direction", self.direction, DIRECTIONS)
         if not isinstance(self.gated, bool):
@@ -221,7 +217,7 @@ class ResultRecord:
             for i, sample in enumerate(self.samples):
                 if type(sample) is not float or not math.isfinite(sample):
                     raise RecordError(f"sample {i} is {_show(sample)}, not a number")
-                if sample < 0 or (sample == 0 and self.metric not in COUNT_METRICS):
+                if sample < 0 or (sample == 0 and self.metric not in WORK_METRICS):
                     raise RecordError(
                         f"sample {i} is {sample!r}: a {self.metric} sample is a positive amount "
                         f"of {self.unit}"
@@ -238,7 +234,7 @@ class ResultRecord:
                 continue
             if type(number) is not float or not math.isfinite(number):
                 raise RecordError(f"{name} is {_show(number)}, not a finite number")
-            if number < 0 or (number == 0 and self.metric not in COUNT_METRICS):
+            if number < 0 or (number == 0 and self.metric not in WORK_METRICS):
                 raise RecordError(
                     f"{name} is {number!r}: a {self.metric} is a positive amount of {self.unit}"
                 )
@@ -342,7 +338,7 @@ class CheckItemRecord:
         require_text("impl", self.impl, 128)
         require_json("params", self.params, mapping=True)
         require_text("params_key", self.params_key, 512, allow_empty=True)
-        _choice("metric", self.metric, METRICS)
+        _choice("metric", self.metric, NAMES)
         require_text("unit", self.unit, 32)
         _choice("direction", self.direction, DIRECTIONS)
         require_text("verdict", self.verdict, 16)
@@ -524,7 +520,7 @@ def require_text(name: str, value: Any, max_length: int, *, allow_empty: bool = 
 
 def require_measured(name: str, value: float, unit: str) -> None:
     """``value`` is within :data:`MEASURED_RANGE` (what a measurement can be), or zero (a count:
-    :data:`COUNT_METRICS`; whether zero fits the metric is the caller's check)."""
+    :data:`perfguard.metrics.WORK_METRICS`; whether zero fits the metric is the caller's check)."""
     low, high = MEASURED_RANGE
     if value != 0.0 and not low <= value <= high:
         raise RecordError(

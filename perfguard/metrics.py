@@ -1,0 +1,166 @@
+"""The metric vocabulary: every kind of number perfguard measures, defined once (issue 28).
+
+A benchmark's numbers are of one *metric*; what perfguard does with them follows from the metric
+alone: the unit they are stored in, which direction is worse, whether they gate a check by
+default, whether they repeat exactly (a peak, a count: no statistics) or need them (a timing),
+whether zero is a valid value (a count of work inside a compiled region), the words a verdict uses
+("1.30× slower", "2.00× more kernels"), the word a benchmark's label ends with (the report's
+columns, in this order) and the family the history site groups it in.  The store's choices, the
+configuration's keys, the comparison rules, the reports and the site all read this table; adding
+a metric is a row here, its benchmark in the suite (``perfguard.engine.suite`` and
+``asv_benchmarks/``) and its label (``perfguard.report.formatting.BENCHMARK_LABELS``).
+
+A leaf module: no perfguard import, so the store's records and the engine can use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+#: Which way is worse: a time or a byte count going up, a throughput going down.
+DIRECTIONS = ("lower", "higher")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One kind of number: how it is stored, compared and named."""
+
+    name: str
+    unit: str
+    direction: str  # the better direction: "lower" or "higher"
+    gated: bool  # fails a check by default (a config override can say otherwise)
+    deterministic: bool  # repeats exactly for the same code: compared without statistics
+    work: bool  # counts what one call does (zero is a valid count)
+    column: str  # the word a benchmark label of this metric ends with (report columns, in order)
+    worse: str  # after "N.NN×" when it got worse
+    better: str  # ... and when it got better
+    family: str  # the history site's group: "time", "memory" or "work"
+
+
+_ALL = (
+    Metric(
+        name="time",
+        unit="seconds",
+        direction="lower",
+        gated=True,
+        deterministic=False,
+        work=False,
+        column="time",
+        worse="slower",
+        better="faster",
+        family="time",
+    ),
+    Metric(
+        name="memory",
+        unit="bytes",
+        direction="lower",
+        gated=True,
+        deterministic=True,
+        work=False,
+        column="memory",
+        worse="more memory",
+        better="less memory",
+        family="memory",
+    ),
+    Metric(
+        name="throughput",
+        unit="tokens/s",
+        direction="higher",
+        gated=False,
+        deterministic=False,
+        work=False,
+        column="tokens/s",
+        worse="lower",
+        better="higher",
+        family="time",
+    ),
+    Metric(
+        name="efficiency",
+        unit="TFLOP/s",
+        direction="higher",
+        gated=False,
+        deterministic=False,
+        work=False,
+        column="TFLOP/s",
+        worse="lower",
+        better="higher",
+        family="time",
+    ),
+    Metric(
+        name="flops",
+        unit="FLOP",
+        direction="lower",
+        gated=True,
+        deterministic=True,
+        work=True,
+        column="FLOPs",
+        worse="more FLOPs",
+        better="fewer FLOPs",
+        family="work",
+    ),
+    Metric(
+        name="ops",
+        unit="aten ops",
+        direction="lower",
+        gated=True,
+        deterministic=True,
+        work=True,
+        column="ops",
+        worse="more ops",
+        better="fewer ops",
+        family="work",
+    ),
+    Metric(
+        name="kernels",
+        unit="kernels",
+        direction="lower",
+        gated=True,
+        deterministic=True,
+        work=True,
+        column="kernels",
+        worse="more kernels",
+        better="fewer kernels",
+        family="work",
+    ),
+    Metric(
+        name="allocated",
+        unit="bytes",
+        direction="lower",
+        gated=True,
+        deterministic=True,
+        work=True,
+        column="allocated",
+        worse="more allocated",
+        better="less allocated",
+        family="work",
+    ),
+)
+#: Every metric by name, in report order (the order of the report's columns).
+REGISTRY: Mapping[str, Metric] = MappingProxyType({m.name: m for m in _ALL})
+
+#: Every metric name, in report order.
+NAMES = tuple(REGISTRY)
+#: Counts of what one call does (perfguard.engine.work), gated with ``work_threshold``.  Zero is a
+#: count: a call whose work runs inside a compiled region dispatches no FLOP-counted op.
+WORK_METRICS = frozenset(m.name for m in REGISTRY.values() if m.work)
+#: Values that repeat exactly: a rise over the threshold fails (memory also needs its byte floor).
+DETERMINISTIC_METRICS = frozenset(m.name for m in REGISTRY.values() if m.deterministic)
+#: Reported, not gated, unless a configuration override says ``gate = true``.
+REPORTED_METRICS = frozenset(m.name for m in REGISTRY.values() if not m.gated)
+#: How benchmark labels end, in the order their columns and lines come.
+COLUMN_WORDS = tuple(m.column for m in REGISTRY.values())
+
+
+def metric(name: str) -> Metric:
+    """The metric called ``name`` (a ``KeyError`` names the known ones)."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown metric {name!r}; known: {', '.join(NAMES)}") from None
+
+
+def in_family(family: str) -> tuple[str, ...]:
+    """The metric names of one history-site family, in report order."""
+    return tuple(m.name for m in REGISTRY.values() if m.family == family)
