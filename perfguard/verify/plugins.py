@@ -18,10 +18,11 @@ The extra names join the registry for that run (``--impl`` selects them, the def
 too).  A name that is already registered is an error: an extension adds implementations, it never
 silently replaces one under guard.
 
-Registered implementations are built through ``attention.factory`` (the factory is part of what
-is verified).  The factory does not know outside classes, so :func:`external_spec` returns a
-:class:`ClassImplSpec`, which builds the class directly with the same configuration and keyword
-contract (docs/design.md, "attention").
+Registered implementations are built by ``ImplSpec.create``, the construction the factory
+(``attention.factory``) performs for their names, so verifying them verifies what the factory
+builds.  :func:`external_spec` returns a :class:`ClassImplSpec`, which builds an outside class with
+the same configuration and keyword contract except that a core module gets no ``num_heads``
+default (an outside core need not take one; docs/design.md, "attention").
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ ENV_VAR = "PERFGUARD_EXTRA_IMPLS"
 
 @dataclass(frozen=True)
 class ClassImplSpec(ImplSpec):
-    """An :class:`ImplSpec` for a class the factory does not know: built from ``class_path`` directly."""
+    """An :class:`ImplSpec` for an outside class: a core module is built without a ``num_heads`` default."""
 
     def build(
         self,
