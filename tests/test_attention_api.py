@@ -117,6 +117,11 @@ def test_every_multihead_module_wraps_a_core_of_the_table() -> None:
         assert type(module.attention) is table[spec.core].cls
         assert registry.multihead_for(spec.core) is spec
 
+    class Subclassed(attention.RingMultiheadDilatedAttention):
+        """A user's subclass wraps what its base in the table wraps."""
+
+    assert type(Subclassed(20, 5, **CFG).attention) is attention.RingDilatedAttention
+
 
 def test_registry_is_the_guarded_rows_of_the_table() -> None:
     """The nine names, cores first; the Hilbert ring's multihead module is built, never verified itself."""

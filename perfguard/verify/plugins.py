@@ -58,12 +58,7 @@ class ClassImplSpec(ImplSpec):
         if self.multihead:
             kwargs.setdefault("embed_dim", cfg.shape.embed_dim)
             kwargs.setdefault("num_heads", cfg.shape.num_heads)
-            module = self.cls(device=device, dtype=dtype, **kwargs)
-        else:
-            module = self.cls(**kwargs)
-            if device is not None or dtype is not None:
-                module = module.to(device=device, dtype=dtype)
-        return module.eval()
+        return self.create(device=device, dtype=dtype, **kwargs).eval()
 
 
 def external_spec(
@@ -82,7 +77,13 @@ def external_spec(
     """
     base = REGISTRY[like or ("multihead_dilated" if multihead else "dilated")]
     spec = ClassImplSpec(**{f: getattr(base, f) for f in base.__dataclass_fields__})
-    changes = {"name": name, "class_path": class_path, "multihead": multihead, "same_function_as": None}
+    changes = {
+        "name": name,
+        "class_path": class_path,
+        "multihead": multihead,
+        "same_function_as": None,
+        "core": None,
+    }
     return replace(spec, **{**changes, **fields})
 
 
