@@ -44,8 +44,9 @@ import torch.distributed as dist
 
 from attention._engine import SegmentPlan, chunk, run_pieces_backward, run_pieces_forward, sum_into_rows
 from attention._lse import compute_dtype
-from attention._merge import Part, merge_online, sum_parts
-from attention._plan import chunk_bounds, split_lengths
+from attention._merge import merge_online, sum_parts
+from attention._part import Part
+from attention._plan import chunk_bounds, chunks_connected, split_lengths
 
 
 def gather_shapes(q: torch.Tensor, group) -> list[tuple[int, int, int, int]]:
@@ -65,16 +66,6 @@ def gather_shapes(q: torch.Tensor, group) -> list[tuple[int, int, int, int]]:
         if s[1] <= 0:
             raise ValueError(f"rank {r} holds an empty shard {s}; every rank needs at least one position")
     return shapes
-
-
-def chunks_connected(
-    bounds: Sequence[tuple[int, int]], a: int, c: int, segment_lengths: Sequence[int], is_causal: bool
-) -> bool:
-    """Whether some segment of some branch spans both chunk ``a`` (queries) and ``c`` (keys)."""
-    (qa0, qa1), (kc0, kc1) = bounds[a], bounds[c]
-    if is_causal and kc0 >= qa1:
-        return False
-    return any(max(qa0 // w, kc0 // w) <= min((qa1 - 1) // w, (kc1 - 1) // w) for w in segment_lengths)
 
 
 def ring_steps(bounds: Sequence[tuple[int, int]], segment_lengths: Sequence[int], is_causal: bool) -> int:

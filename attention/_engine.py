@@ -34,7 +34,8 @@ import torch
 
 from attention._kernels import KernelSet
 from attention._lse import attention_with_lse, compute_dtype
-from attention._merge import Part, merge_parts, sum_parts
+from attention._merge import merge_parts, sum_parts
+from attention._part import Part
 from attention._plan import Call, Piece, build_pieces, fold
 
 

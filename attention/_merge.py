@@ -12,7 +12,8 @@ Two implementations compute exactly this:
   geometry once per destination row (an int32 map of source rows, and the merged LSE), then a
   combine kernel reads every part once, weighs it in float32 registers and writes each result
   row once (the plain-torch merge cost ~0.75 ms of a 1.5 ms forward at 32K tokens on an H100).
-  At most :data:`SLOTS` parts per launch; more are chained through a float32 accumulator.
+  At most :data:`attention._merge_triton.SLOTS` parts per launch; more are chained through a
+  float32 accumulator.
 - :func:`merge_torch` (CPU, or no Triton): ``as_strided`` views of the destination with the same
   geometry, a ``logaddexp`` pass and a weighted-sum pass per part.  Same function, same rounding
   up to the order of float32 additions (tests/test_attention_plan.py compares the two).
@@ -26,28 +27,15 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 
 import torch
 
 from attention._fallback import Fallback
+from attention._part import Part
 
-SLOTS = 8  # parts per Triton launch (the kernel signature has this many part slots)
 #: the Triton merge switched off per device type (a Triton that cannot compile or run the kernels):
 #: torch merges there (attention._fallback: only after two failures in a row in plain calls)
 TRITON_FALLBACK = Fallback()
-
-
-@dataclass(frozen=True)
-class Part:
-    """A piece's result and where its rows go: ``offset + i·strides[0] + j·strides[1] + t·strides[2]``
-    (rows of the destination, batch included), for ``(i, j, t)`` in ``sizes``."""
-
-    values: torch.Tensor  # (B, H', L, d)
-    lse: torch.Tensor | None  # (B, H', L); None for gradients
-    offset: int
-    sizes: tuple[int, int, int]
-    strides: tuple[int, int, int]
 
 
 def nested(part: Part) -> bool:

@@ -1,6 +1,6 @@
 """The fused log-sum-exp merge and gradient sum as Triton kernels (see :mod:`attention._merge`).
 
-Two kernels per launch group of at most :data:`attention._merge.SLOTS` parts:
+Two kernels per launch group of at most :data:`SLOTS` parts:
 
 1. ``_locate_kernel`` (one thread per destination row; a row is the ``head_dim`` values of one
    (position, head)): for each part it inverts the part's strided geometry — the row strides of
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from attention._merge import SLOTS, Part
+from attention._part import Part
 
 try:
     import triton
@@ -40,6 +40,7 @@ try:
 except ImportError:  # no Triton (CPU-only installs): attention._merge uses the torch path
     AVAILABLE = False
 
+SLOTS = 8  # parts per launch (the kernel signature has this many part slots)
 _WIDE_ROWS = 1 << 30  # from this many destination rows on, the row arithmetic is 64-bit
 _VEC = 8  # elements a thread may load as one vector when every row starts at a multiple of it
 _MAP_ENTRIES = 1 << 24  # (row, part) entries of the maps: 2 x 64 MiB at most

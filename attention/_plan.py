@@ -98,6 +98,16 @@ def split_lengths(seq_len: int, parts: int) -> tuple[int, ...]:
     return tuple(base + (1 if i < extra else 0) for i in range(parts))
 
 
+def chunks_connected(
+    bounds: Sequence[tuple[int, int]], a: int, c: int, segment_lengths: Sequence[int], is_causal: bool
+) -> bool:
+    """Whether some segment of some branch spans both chunk ``a`` (queries) and ``c`` (keys)."""
+    (qa0, qa1), (kc0, kc1) = bounds[a], bounds[c]
+    if is_causal and kc0 >= qa1:
+        return False
+    return any(max(qa0 // w, kc0 // w) <= min((qa1 - 1) // w, (kc1 - 1) // w) for w in segment_lengths)
+
+
 def _kept_range(seg_lo: int, offset: int, rate: int, lo: int, hi: int) -> tuple[int, int]:
     """t-range [t0, t1) of kept positions ``seg_lo + offset + t*rate`` that fall in [lo, hi)."""
     base = seg_lo + offset

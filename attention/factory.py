@@ -1,16 +1,18 @@
 """Build any implementation by its registry name.
 
+The names and classes are those of :mod:`attention.registry` (its one table of implementations);
+nothing here lists them.
+
 ``create_dilated_attention(kind, **config)`` builds exactly the class the name stands for: a core
 name builds the core module (``(batch, seq, heads, head_dim)`` tensors), a ``multihead_*`` name
 builds the multihead module (``embed_dim`` and ``num_heads`` required).
 
 ``create_multihead_dilated_attention(kind="auto", **config)`` always builds a multihead module:
-a core name is mapped to the multihead module around that core (``dilated`` →
-``MultiheadDilatedAttention``, ``improved`` → ``ImprovedMultiheadDilatedAttention``, ``ring`` →
-``RingMultiheadDilatedAttention``, ``hilbert_ring`` → ``HilbertRingMultiheadDilatedAttention``,
-``block_sparse_ring`` → ``BlockSparseRingMultiheadDilatedAttention``), a ``multihead_*`` name builds
-that module, and ``"auto"`` picks (see :func:`choose_auto`) and records why in
-``module.selection_reason`` and a ``logging`` INFO message.
+a core name is mapped to the multihead module around that core (the table's row whose ``core``
+it is, :func:`attention.registry.multihead_for`: ``ring`` → ``RingMultiheadDilatedAttention``, and
+``hilbert_ring`` → ``HilbertRingMultiheadDilatedAttention``, a module that is not itself a registry
+name), a ``multihead_*`` name builds that module, and ``"auto"`` picks (see :func:`choose_auto`)
+and records why in ``module.selection_reason`` and a ``logging`` INFO message.
 
 ``"auto"`` only ever chooses between implementations of the *same function* (``improved`` and
 ``ring``): it never switches to block-sparse, whose pattern is different.
@@ -18,51 +20,19 @@ that module, and ``"auto"`` picks (see :func:`choose_auto`) and records why in
 
 from __future__ import annotations
 
-import importlib
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 import torch
 from torch import nn
 
+from attention import registry
+
 logger = logging.getLogger(__name__)
-
-#: registry name -> ``module:Class``; must agree with ``attention.registry`` (a test checks it)
-CLASSES: Mapping[str, str] = MappingProxyType(
-    {
-        "dilated": "attention.dilated:DilatedAttention",
-        "improved": "attention.improved:ImprovedDilatedAttention",
-        "ring": "attention.ring:RingDilatedAttention",
-        "hilbert_ring": "attention.hilbert:HilbertRingDilatedAttention",
-        "block_sparse_ring": "attention.block_sparse:BlockSparseRingDilatedAttention",
-        "multihead_dilated": "attention.multihead:MultiheadDilatedAttention",
-        "multihead_improved": "attention.multihead:ImprovedMultiheadDilatedAttention",
-        "multihead_ring": "attention.multihead:RingMultiheadDilatedAttention",
-        "multihead_block_sparse_ring": "attention.multihead:BlockSparseRingMultiheadDilatedAttention",
-    }
-)
-
-#: core name -> the multihead module built by ``create_multihead_dilated_attention``
-MULTIHEAD_FOR_CORE: Mapping[str, str] = MappingProxyType(
-    {
-        "dilated": "attention.multihead:MultiheadDilatedAttention",
-        "improved": "attention.multihead:ImprovedMultiheadDilatedAttention",
-        "ring": "attention.multihead:RingMultiheadDilatedAttention",
-        "hilbert_ring": "attention.multihead:HilbertRingMultiheadDilatedAttention",
-        "block_sparse_ring": "attention.multihead:BlockSparseRingMultiheadDilatedAttention",
-    }
-)
 
 #: fraction of free device memory ``auto`` lets ``improved`` plan to use before switching to ``ring``
 AUTO_MEMORY_FRACTION = 0.5
-
-
-def _resolve(path: str) -> type[nn.Module]:
-    module_name, _, name = path.partition(":")
-    return getattr(importlib.import_module(module_name), name)
 
 
 def _unknown(kind: str, known: list[str]) -> ValueError:
@@ -73,17 +43,12 @@ def create_dilated_attention(kind: str, **config: Any) -> nn.Module:
     """Build the implementation called ``kind`` (any registry name) with ``config`` keywords.
 
     Core modules have no parameters; ``device``/``dtype`` given for one are accepted and applied
-    with ``.to()`` so that one call shape works for every name.
+    with ``.to()`` so that one call shape works for every name (:meth:`ImplSpec.create`).
     """
-    if kind not in CLASSES:
-        raise _unknown(kind, list(CLASSES))
-    cls = _resolve(CLASSES[kind])
-    if kind.startswith("multihead_"):
-        return cls(**config)
-    device = config.pop("device", None)
-    dtype = config.pop("dtype", None)
-    module = cls(**config)
-    return module.to(device=device, dtype=dtype) if (device is not None or dtype is not None) else module
+    spec = registry.REGISTRY.get(kind)
+    if spec is None:
+        raise _unknown(kind, list(registry.REGISTRY))
+    return spec.create(**config)
 
 
 @dataclass(frozen=True)
@@ -169,7 +134,10 @@ def create_multihead_dilated_attention(kind: str = "auto", **config: Any) -> nn.
     ``"auto"`` accepts the hints ``seq_len=`` and ``batch=`` (not passed to the module) and stores
     its choice on the module as ``selection_reason`` (text) and ``selection`` (:class:`AutoChoice`).
     """
-    known = ["auto", *MULTIHEAD_FOR_CORE, *(n for n in CLASSES if n.startswith("multihead_"))]
+    names = registry.REGISTRY
+    around_core = {n: mh for n, s in names.items() if not s.multihead and (mh := registry.multihead_for(n))}
+    multihead = {n: s for n, s in names.items() if s.multihead}
+    known = ["auto", *around_core, *multihead]
     seq_len = config.pop("seq_len", None)
     batch = config.pop("batch", 1)
     choice: AutoChoice | None = None
@@ -184,13 +152,10 @@ def create_multihead_dilated_attention(kind: str = "auto", **config: Any) -> nn.
         if choice.kind == "ring" and choice.ring_size is not None:
             config.setdefault("ring_size", choice.ring_size)
         kind = choice.kind
-    if kind in MULTIHEAD_FOR_CORE:
-        path = MULTIHEAD_FOR_CORE[kind]
-    elif kind.startswith("multihead_") and kind in CLASSES:
-        path = CLASSES[kind]
-    else:
+    spec = around_core.get(kind) or multihead.get(kind)
+    if spec is None:
         raise _unknown(kind, known)
-    module = _resolve(path)(**config)
+    module = spec.create(**config)
     if choice is not None:
         module.selection = choice
         module.selection_reason = f"auto picked {choice.kind!r}: {choice.reason}"

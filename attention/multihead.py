@@ -14,26 +14,21 @@ Unpacking ``out, _ = mha(...)`` is therefore always safe (§8.9).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
 
-from attention._base import DilatedAttentionBase
-
-
-def _core(path: str) -> type[DilatedAttentionBase]:
-    module_name, _, name = path.partition(":")
-    return getattr(importlib.import_module(module_name), name)
+from attention.registry import core_class
 
 
 class _MultiheadDilatedBase(nn.Module):
-    """Projections + core + sub-LN + output projection; subclasses pick the core class."""
+    """Projections + core + sub-LN + output projection.
 
-    #: ``module:Class`` of the core, resolved at construction (keeps ``import attention.multihead`` light)
-    core_path: ClassVar[str]
+    Which core a subclass wraps is its row's ``core`` in :data:`attention.registry.IMPLEMENTATIONS`,
+    resolved at construction (keeps ``import attention.multihead`` light).
+    """
 
     def __init__(
         self,
@@ -72,7 +67,7 @@ class _MultiheadDilatedBase(nn.Module):
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.attention = _core(self.core_path)(
+        self.attention = core_class(type(self))(
             segment_lengths=segment_lengths,
             dilation_rates=dilation_rates,
             mode=mode,
@@ -148,19 +143,13 @@ class _MultiheadDilatedBase(nn.Module):
 class MultiheadDilatedAttention(_MultiheadDilatedBase):
     """Multihead module around :class:`attention.dilated.DilatedAttention`."""
 
-    core_path = "attention.dilated:DilatedAttention"
-
 
 class ImprovedMultiheadDilatedAttention(_MultiheadDilatedBase):
     """Multihead module around :class:`attention.improved.ImprovedDilatedAttention`."""
 
-    core_path = "attention.improved:ImprovedDilatedAttention"
-
 
 class RingMultiheadDilatedAttention(_MultiheadDilatedBase):
     """Multihead module around :class:`attention.ring.RingDilatedAttention` (``ring_size=`` passes on)."""
-
-    core_path = "attention.ring:RingDilatedAttention"
 
 
 class HilbertRingMultiheadDilatedAttention(_MultiheadDilatedBase):
@@ -170,10 +159,6 @@ class HilbertRingMultiheadDilatedAttention(_MultiheadDilatedBase):
     builds, so every core name has a multihead module.
     """
 
-    core_path = "attention.hilbert:HilbertRingDilatedAttention"
-
 
 class BlockSparseRingMultiheadDilatedAttention(_MultiheadDilatedBase):
     """Multihead module around :class:`attention.block_sparse.BlockSparseRingDilatedAttention`."""
-
-    core_path = "attention.block_sparse:BlockSparseRingDilatedAttention"

@@ -1,10 +1,17 @@
-"""One registry naming every implementation under guard.
+"""The one table of implementations, and the registry of those under guard.
 
-perfguard's ``verify`` and the asv suites iterate over :data:`REGISTRY`; nothing else in the tool
-knows the classes by name.  Each entry carries a small CPU configuration (fast enough for a
-2-core CI machine, with an odd sequence length and a head count not divisible by the number of
-branches, which is where earlier implementations broke), a GPU configuration for verification, a
-benchmark configuration for the GPU suites, and its capabilities.
+:data:`IMPLEMENTATIONS` is the only place that names the classes of ``attention/``: each row is a
+registry name, its ``module:Class``, whether it is a multihead module and, if so, the core it wraps,
+its configurations and its capabilities.  Everything else that knows implementations by name is
+derived from it: :data:`REGISTRY` (the rows under guard: perfguard's ``verify`` and the asv suites
+iterate over it), the factory's names (:mod:`attention.factory`), the multihead modules' cores
+(:mod:`attention.multihead`) and the package's exports (``attention/__init__.py``).  Adding an
+implementation is one row here.
+
+Each row carries a small CPU configuration (fast enough for a 2-core CI machine, with an odd
+sequence length and a head count not divisible by the number of branches, which is where earlier
+implementations broke), a GPU configuration for verification, a benchmark configuration for the
+GPU suites, and its capabilities.
 
 Classes are resolved lazily (``module:Class`` strings) so that importing the registry is cheap
 and never touches CUDA: asv imports the suites, and with them this module, in a process that must
@@ -51,7 +58,13 @@ class ImplConfig:
 
 @dataclass(frozen=True)
 class ImplSpec:
-    """Everything perfguard needs to build, check and benchmark one implementation."""
+    """Everything perfguard needs to build, check and benchmark one implementation.
+
+    ``core`` is, for a multihead module of the table, the name of the core module it wraps.
+    ``guarded=False`` marks a class of ``attention/`` that perfguard neither verifies nor
+    benchmarks (not in :data:`REGISTRY`, not a factory name); the factory still builds it as the
+    multihead module of its core.
+    """
 
     name: str
     class_path: str
@@ -67,11 +80,27 @@ class ImplSpec:
     needs_distributed: bool = False
     description: str = ""
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    core: str | None = None
+    guarded: bool = True
 
     @property
     def cls(self) -> type[torch.nn.Module]:
+        """The class, imported on first use (the table itself never imports an implementation)."""
         module_name, _, attr = self.class_path.partition(":")
         return getattr(importlib.import_module(module_name), attr)
+
+    def create(self, **config: Any) -> torch.nn.Module:
+        """An instance built with ``config`` as given (what the factory builds for this name).
+
+        A multihead module takes ``device``/``dtype`` in its constructor; a core module has no
+        parameters, so they are accepted and applied with ``.to()``: one call shape for every name.
+        """
+        if self.multihead:
+            return self.cls(**config)
+        device = config.pop("device", None)
+        dtype = config.pop("dtype", None)
+        module = self.cls(**config)
+        return module.to(device=device, dtype=dtype) if (device is not None or dtype is not None) else module
 
     def config(self, target: Target) -> ImplConfig:
         return {"cpu": self.cpu, "gpu": self.gpu, "bench": self.bench}[target]
@@ -84,21 +113,14 @@ class ImplSpec:
         dtype: torch.dtype | None = None,
         **overrides: Any,
     ) -> torch.nn.Module:
-        """Build through the public factory (so the factory is exercised too), in eval mode."""
-        from attention.factory import create_dilated_attention
-
+        """Build the ``target`` configuration (as the factory does: :meth:`create`), in eval mode."""
         cfg = self.config(target)
         kwargs = {**cfg.kwargs, **overrides}
         if self.multihead:
             kwargs.setdefault("embed_dim", cfg.shape.embed_dim)
-            kwargs.setdefault("num_heads", cfg.shape.num_heads)
-            module = create_dilated_attention(self.name, device=device, dtype=dtype, **kwargs)
-        else:
-            # num_heads only feeds attention_pattern's default; the config's head count is the natural one
-            kwargs.setdefault("num_heads", cfg.shape.num_heads)
-            module = create_dilated_attention(self.name, **kwargs)
-            module = module.to(device=device, dtype=dtype) if (device or dtype) else module
-        return module.eval()
+        # a core's num_heads only feeds attention_pattern's default; the config's head count is natural
+        kwargs.setdefault("num_heads", cfg.shape.num_heads)
+        return self.create(device=device, dtype=dtype, **kwargs).eval()
 
     def make_inputs(
         self,
@@ -138,58 +160,58 @@ _GPU_SHAPE = (1, 3 * 2048 - 5, 8, 64)
 _BENCH_SHAPE = (1, 16384, 12, 64)
 
 
-def _core_and_multihead(
+def _family(
     name: str,
     core_path: str,
-    mh_name: str | None,
-    mh_path: str | None,
+    multihead_path: str,
     *,
+    multihead_guarded: bool = True,
     extra_cpu: Mapping[str, Any] | None = None,
     extra_gpu: Mapping[str, Any] | None = None,
     extra_bench: Mapping[str, Any] | None = None,
     same_function_as: str | None = None,
     description: str = "",
 ) -> list[ImplSpec]:
+    """A core module ``name`` and the multihead module around it (``multihead_<name>``), with the
+    same configurations (the multihead module's head count and embedding come from the shape)."""
     cpu = _cfg(*_CPU_SHAPE, **_CPU_DILATION, **(extra_cpu or {}))
     gpu = _cfg(*_GPU_SHAPE, **_GPU_DILATION, **(extra_gpu or {}))
     bench = _cfg(*_BENCH_SHAPE, **_BENCH_DILATION, **(extra_bench or {}))
-    specs = [ImplSpec(name, core_path, False, cpu, gpu, bench, same_function_as, description=description)]
-    if mh_name and mh_path:
-        specs.append(
-            ImplSpec(
-                mh_name,
-                mh_path,
-                True,
-                cpu,
-                gpu,
-                bench,
-                same_function_as=("multihead_dilated" if same_function_as else None),
-                description=f"nn.MultiheadAttention-style module around `{name}`",
-            )
-        )
-    return specs
+    return [
+        ImplSpec(name, core_path, False, cpu, gpu, bench, same_function_as, description=description),
+        ImplSpec(
+            f"multihead_{name}",
+            multihead_path,
+            True,
+            cpu,
+            gpu,
+            bench,
+            same_function_as=("multihead_dilated" if same_function_as else None),
+            description=f"nn.MultiheadAttention-style module around `{name}`",
+            core=name,
+            guarded=multihead_guarded,
+        ),
+    ]
 
 
-_SPECS: list[ImplSpec] = [
-    *_core_and_multihead(
+#: Every implementation class of ``attention/``, in a stable order: the one table (module docstring).
+IMPLEMENTATIONS: tuple[ImplSpec, ...] = (
+    *_family(
         "dilated",
         "attention.dilated:DilatedAttention",
-        "multihead_dilated",
         "attention.multihead:MultiheadDilatedAttention",
         description="the straightforward implementation of the semantics",
     ),
-    *_core_and_multihead(
+    *_family(
         "improved",
         "attention.improved:ImprovedDilatedAttention",
-        "multihead_improved",
         "attention.multihead:ImprovedMultiheadDilatedAttention",
         same_function_as="dilated",
         description="the same function, fast: fewer copies, SDPA/flash kernels, CUDA-graph friendly",
     ),
-    *_core_and_multihead(
+    *_family(
         "ring",
         "attention.ring:RingDilatedAttention",
-        "multihead_ring",
         "attention.multihead:RingMultiheadDilatedAttention",
         extra_cpu={"ring_size": 4, "single_shot_bytes": 0},
         # Verified chunked on both devices (single_shot_bytes=0): the path the ring exists for.
@@ -200,11 +222,12 @@ _SPECS: list[ImplSpec] = [
         same_function_as="dilated",
         description="K/V in ring_size chunks merged by log-sum-exp: O(n / ring_size) intermediates",
     ),
-    *_core_and_multihead(
+    *_family(
         "hilbert_ring",
         "attention.hilbert:HilbertRingDilatedAttention",
-        None,
-        None,
+        "attention.multihead:HilbertRingMultiheadDilatedAttention",
+        # the ring's multihead module with another core class: not verified or benchmarked itself
+        multihead_guarded=False,
         extra_cpu={"ring_size": 4, "single_shot_bytes": 0},
         # Verified chunked on both devices (single_shot_bytes=0): the path the ring exists for.
         # Its backward once crashed inside cuDNN on an H100 (tiny boundary pieces; now kept off
@@ -214,26 +237,30 @@ _SPECS: list[ImplSpec] = [
         same_function_as="dilated",
         description="the ring, visiting chunks in Hilbert-curve order; same function",
     ),
-    *_core_and_multihead(
+    *_family(
         "block_sparse_ring",
         "attention.block_sparse:BlockSparseRingDilatedAttention",
-        "multihead_block_sparse_ring",
         "attention.multihead:BlockSparseRingMultiheadDilatedAttention",
         extra_cpu={"sparsity": 0.9, "block_size": 4, "pattern": "local_window", "ring_size": 2},
         extra_gpu={"sparsity": 0.9, "block_size": 128, "pattern": "local_window", "ring_size": 2},
         extra_bench={"sparsity": 0.9, "block_size": 128, "pattern": "local_window", "ring_size": 1},
         description="one exact softmax over the active blocks of its own block-sparse pattern",
     ),
-]
+)
 
-#: name -> spec, in a stable order (core modules first, then their multihead modules).
+#: name -> spec of the implementations under guard, in a stable order (core modules first, then
+#: their multihead modules).  The names the factory builds, verify checks and asv benchmarks.
 REGISTRY: Mapping[str, ImplSpec] = MappingProxyType(
-    {s.name: s for s in sorted(_SPECS, key=lambda s: (s.multihead, _SPECS.index(s)))}
+    {
+        s.name: s
+        for s in sorted(IMPLEMENTATIONS, key=lambda s: (s.multihead, IMPLEMENTATIONS.index(s)))
+        if s.guarded
+    }
 )
 
 #: implementations that must compute exactly the function of another one (same pattern, same numbers)
 SAME_FUNCTION: Mapping[str, str] = MappingProxyType(
-    {s.name: s.same_function_as for s in _SPECS if s.same_function_as}
+    {n: s.same_function_as for n, s in REGISTRY.items() if s.same_function_as}
 )
 
 
@@ -247,3 +274,19 @@ def get(name: str) -> ImplSpec:
 
 def names(*, multihead: bool | None = None) -> list[str]:
     return [n for n, s in REGISTRY.items() if multihead is None or s.multihead == multihead]
+
+
+def multihead_for(core: str) -> ImplSpec | None:
+    """The table's multihead module around the core module ``core`` (guarded or not), or None."""
+    return next((s for s in IMPLEMENTATIONS if s.core == core), None)
+
+
+def core_class(multihead: type[torch.nn.Module]) -> type[torch.nn.Module]:
+    """The core class the multihead class ``multihead`` wraps: its table row's ``core`` (a subclass
+    outside the table wraps what its nearest base in the table wraps)."""
+    rows = {s.class_path: s for s in IMPLEMENTATIONS}
+    for klass in multihead.__mro__:
+        row = rows.get(f"{klass.__module__}:{klass.__qualname__}")
+        if row is not None and row.core is not None:
+            return next(s for s in IMPLEMENTATIONS if s.name == row.core).cls
+    raise TypeError(f"{multihead.__qualname__} is no multihead module of attention.registry.IMPLEMENTATIONS")

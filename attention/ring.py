@@ -35,8 +35,8 @@ from typing import Any
 import torch
 
 from attention._distributed import DistributedRingFunction, RingSchedule, gather_shapes, schedule_for
+from attention._engine_base import SegmentEngineAttention
 from attention._plan import ring_pairs, split_lengths
-from attention.improved import SegmentEngineAttention
 from attention.pattern import branch_heads
 
 SINGLE_SHOT_BYTES = 64 * 2**20

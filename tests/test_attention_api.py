@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import attention
+import attention.multihead as multihead_module
 from attention import factory, registry
 from attention.pattern import dilated_pattern
 from attention.reference import reference_attention, relative_error
@@ -88,8 +89,47 @@ def test_multihead_arguments_are_keyword_only() -> None:
 # ------------------------------------------------------------------------------------------------
 # factories
 # ------------------------------------------------------------------------------------------------
-def test_factory_classes_agree_with_registry() -> None:
-    assert dict(factory.CLASSES) == {n: s.class_path for n, s in registry.REGISTRY.items()}
+def test_every_class_of_the_table_is_exported_and_importable() -> None:
+    """``attention/__init__.py`` exports what the one table lists, and each path names a module class."""
+    for spec in registry.IMPLEMENTATIONS:
+        name = spec.class_path.partition(":")[2]
+        assert name in attention.__all__ and name in dir(attention)
+        assert getattr(attention, name) is spec.cls, spec.name
+        assert issubclass(spec.cls, torch.nn.Module) and spec.cls.__name__ == name
+    assert len({s.name for s in registry.IMPLEMENTATIONS}) == len(registry.IMPLEMENTATIONS)
+    assert len({s.class_path for s in registry.IMPLEMENTATIONS}) == len(registry.IMPLEMENTATIONS)
+
+
+def test_every_multihead_module_wraps_a_core_of_the_table() -> None:
+    """Each multihead row names a core row, every core has one, and the module builds that core."""
+    table = {s.name: s for s in registry.IMPLEMENTATIONS}
+    multihead = [s for s in registry.IMPLEMENTATIONS if s.multihead]
+    assert all(s.core in table and not table[s.core].multihead for s in multihead)
+    assert {s.core for s in multihead} == {n for n, s in table.items() if not s.multihead}
+    classes = [
+        c
+        for c in vars(multihead_module).values()
+        if isinstance(c, type) and c.__module__ == "attention.multihead"
+    ]
+    assert {s.cls for s in multihead} == {c for c in classes if not c.__name__.startswith("_")}
+    for spec in multihead:
+        module = spec.build("cpu")
+        assert type(module.attention) is table[spec.core].cls
+        assert registry.multihead_for(spec.core) is spec
+
+    class Subclassed(attention.RingMultiheadDilatedAttention):
+        """A user's subclass wraps what its base in the table wraps."""
+
+    assert type(Subclassed(20, 5, **CFG).attention) is attention.RingDilatedAttention
+
+
+def test_registry_is_the_guarded_rows_of_the_table() -> None:
+    """The nine names, cores first; the Hilbert ring's multihead module is built, never verified itself."""
+    cores = ["dilated", "improved", "ring", "hilbert_ring", "block_sparse_ring"]
+    assert list(registry.REGISTRY) == [*cores, *(f"multihead_{n}" for n in cores if n != "hilbert_ring")]
+    assert [s.name for s in registry.IMPLEMENTATIONS if not s.guarded] == ["multihead_hilbert_ring"]
+    with pytest.raises(ValueError, match="unknown attention kind 'multihead_hilbert_ring'"):
+        factory.create_dilated_attention("multihead_hilbert_ring", embed_dim=20, num_heads=5, **CFG)
 
 
 @pytest.mark.parametrize("name", BUILT)
@@ -107,8 +147,9 @@ def test_every_name_works_in_both_factories(name: str) -> None:
     mh = factory.create_multihead_dilated_attention(
         name, embed_dim=shape.embed_dim, num_heads=shape.num_heads, **kwargs
     )
-    expected = factory.MULTIHEAD_FOR_CORE.get(name, factory.CLASSES[name])
-    assert f"{type(mh).__module__}:{type(mh).__name__}" == expected
+    expected = spec if spec.multihead else registry.multihead_for(name)
+    assert type(mh) is expected.cls
+    assert type(mh.attention) is type(built.attention if spec.multihead else built)
     x = torch.randn(1, 20, shape.embed_dim)
     out, weights = mh(x, x, x)
     assert out.shape == x.shape and weights is None

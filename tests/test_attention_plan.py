@@ -21,7 +21,8 @@ import torch
 from attention import RingDilatedAttention
 from attention._engine import concurrent_streams
 from attention._lse import merge_stacked
-from attention._merge import Part, merge_online, merge_torch, nested, sum_torch, triton_merge_enabled
+from attention._merge import merge_online, merge_torch, nested, sum_torch, triton_merge_enabled
+from attention._part import Part
 from attention._plan import build_pieces, chunk_bounds, fold, split_lengths
 from attention.pattern import dilated_pattern
 from tests.test_attention_numerics import check_against_reference
@@ -246,6 +247,7 @@ from attention._merge import merge_torch, sum_torch
 import attention._merge_triton as mt
 assert mt.AVAILABLE
 import attention._merge as merge_mod
+from attention._part import Part
 
 TRITON = merge_mod.triton_merge_enabled
 
@@ -274,7 +276,7 @@ parts = []
 gen = torch.Generator().manual_seed(2)
 for i in range(19):
     vals = torch.randn(1, 1, 10, 8, generator=gen)
-    parts.append(merge_mod.Part(vals, 4 * torch.randn(1, 1, 10, generator=gen), i, (1, 1, 10), (0, 0, 3)))
+    parts.append(Part(vals, 4 * torch.randn(1, 1, 10, generator=gen), i, (1, 1, 10), (0, 0, 3)))
 out_t, lse_t = torch.empty(1, 60, 1, 8), torch.empty(1, 60, 1)
 out_p, lse_p = torch.empty(1, 60, 1, 8), torch.empty(1, 60, 1)
 mt.merge(parts, out_t, lse_t)
@@ -282,7 +284,7 @@ merge_torch(parts, out_p, lse_p)
 torch.testing.assert_close(out_t, out_p, rtol=1e-5, atol=1e-6)
 torch.testing.assert_close(lse_t, lse_p, rtol=1e-5, atol=1e-6)
 g_t, g_p = torch.empty(1, 60, 1, 8, dtype=torch.bfloat16), torch.empty(1, 60, 1, 8, dtype=torch.bfloat16)
-grad_parts = [merge_mod.Part(p.values, None, p.offset, p.sizes, p.strides) for p in parts]
+grad_parts = [Part(p.values, None, p.offset, p.sizes, p.strides) for p in parts]
 mt.sum_rows(grad_parts, g_t, accumulate=False)
 sum_torch(grad_parts, g_p)
 torch.testing.assert_close(g_t, g_p)
@@ -299,9 +301,9 @@ gen = torch.Generator().manual_seed(3)
 store = torch.randn(2, 7, 3, 16, generator=gen)  # (B, L, H+1, d): one head of every row unused
 vals = store[:, :, :2].transpose(1, 2)  # (B=2, H'=2, L=7, d=16), rows 1 and 4 apart, gaps between
 lse = 3 * torch.randn(2, 2, 7, generator=gen)  # contiguous (B, H', L)
-part = merge_mod.Part(vals, lse, 1, (2, 2, 7), (30, 1, 4))
+part = Part(vals, lse, 1, (2, 2, 7), (30, 1, 4))
 other_vals, other_lse = torch.randn(1, 1, 15, 16, generator=gen), torch.randn(1, 1, 15, generator=gen)
-other = merge_mod.Part(other_vals, other_lse, 0, (1, 1, 15), (0, 0, 4))
+other = Part(other_vals, other_lse, 0, (1, 1, 15), (0, 0, 4))
 assert mt.supported([part, other], 16) and merge_mod.nested(part)
 out_t, lse_t = torch.empty(1, 60, 1, 16), torch.empty(1, 60, 1)
 out_p, lse_p = torch.empty(1, 60, 1, 16), torch.empty(1, 60, 1)
@@ -309,7 +311,7 @@ mt.merge([part, other], out_t, lse_t)
 merge_torch([part, other], out_p, lse_p)
 torch.testing.assert_close(out_t, out_p, rtol=1e-5, atol=1e-6)
 torch.testing.assert_close(lse_t, lse_p, rtol=1e-5, atol=1e-6)
-assert not mt.supported([merge_mod.Part(store[..., :12], None, 0, (1, 1, 1), (0, 0, 1))], 12)
+assert not mt.supported([Part(store[..., :12], None, 0, (1, 1, 1), (0, 0, 1))], 12)
 print("triton merge ok")
 """
 

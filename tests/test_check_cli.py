@@ -79,11 +79,6 @@ REGISTRY = _fixture_types.MappingProxyType(
     {**REGISTRY, "dilated_twin": _dc.replace(REGISTRY["dilated"], name="dilated_twin")}
 )
 """
-NEW_IMPL_FACTORY = """
-
-# --- tests/test_check_cli.py: the factory knows the new implementation ---
-CLASSES = MappingProxyType({**CLASSES, "dilated_twin": "attention.dilated:DilatedAttention"})
-"""
 
 #: The file the ``noisy`` branch counts its round processes in (the test gives each check its own).
 NOISY_COUNTER_ENV = "PERFGUARD_TEST_NOISY_ROUNDS"
@@ -125,7 +120,7 @@ BRANCHES = (
     ("quadruple", [("attention/registry.py", QUADRUPLE)]),
     ("comment", [("attention/dilated.py", "\n# A comment changed; the code did not.\n")]),
     ("wrong", [("attention/registry.py", WRONG)]),
-    ("new-impl", [("attention/registry.py", NEW_IMPL), ("attention/factory.py", NEW_IMPL_FACTORY)]),
+    ("new-impl", [("attention/registry.py", NEW_IMPL)]),
     ("noisy", [("attention/registry.py", NOISY), ("pyproject.toml", NO_RETRY)]),
 )
 

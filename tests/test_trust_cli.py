@@ -231,13 +231,6 @@ REGISTRY = _fixture_types.MappingProxyType(
     {{**REGISTRY, **{{n: _hostile_dc.replace(REGISTRY["dilated"], name=n) for n in {HOSTILE_NAMES!r}}}}}
 )
 """
-HOSTILE_FACTORY = f"""
-
-# --- tests/test_trust_cli.py: the factory knows them ---
-CLASSES = MappingProxyType(
-    {{**CLASSES, **dict.fromkeys({HOSTILE_NAMES!r}, "attention.dilated:DilatedAttention")}}
-)
-"""
 HOSTILE_DOUBLE = planted(2, "hostile", impls=tuple(HOSTILE_NAMES))
 #: The work metrics of every hostile implementation at the smallest length: exact, and seconds a round.
 HOSTILE_BENCH = r"Work\.track_forward_(flops|ops|allocated)\((?!'(dilated|improved)').*, 512,"
@@ -257,8 +250,6 @@ def test_hostile_names_go_through_every_command_and_page_as_written(repo: Path, 
     db = sqlite_url(tmp_path)
     with (repo / "attention" / "registry.py").open("a") as fh:
         fh.write(HOSTILE_IMPL)
-    with (repo / "attention" / "factory.py").open("a") as fh:
-        fh.write(HOSTILE_FACTORY)
     git(repo, "commit", "-qam", "hostile")
     base = git(repo, "rev-parse", "HEAD")
     run = perfguard(repo, "run", "--bench", HOSTILE_BENCH, "--rounds", "1", db=db, env=WIDE)

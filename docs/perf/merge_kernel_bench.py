@@ -29,6 +29,7 @@ from attention import ImprovedDilatedAttention
 from attention import _merge as merge_mod
 from attention._engine import run_pieces_forward
 from attention._lse import compute_dtype
+from attention._part import Part
 
 HEADS, DIM, SEGS, RATES = 12, 64, [2048, 4096, 8192], [1, 2, 4]
 
@@ -70,7 +71,7 @@ def bench_length(n: int, blocks: list[int], cuda: bool, mt) -> list[dict]:
     moved += out.numel() * out.element_size() + lse.numel() * 4
     ref_o, ref_l = torch.empty_like(out), torch.empty_like(lse)
     merge_mod.merge_torch(parts, ref_o, ref_l)
-    grads = [merge_mod.Part(p.values, None, p.offset, p.sizes, p.strides) for p in parts]
+    grads = [Part(p.values, None, p.offset, p.sizes, p.strides) for p in parts]
     ref_g = torch.empty_like(out)
     merge_mod.sum_torch(grads, ref_g)
     sum_moved = sum(p.values.numel() * p.values.element_size() for p in parts) + out.numel() * 2

@@ -18,10 +18,11 @@ The extra names join the registry for that run (``--impl`` selects them, the def
 too).  A name that is already registered is an error: an extension adds implementations, it never
 silently replaces one under guard.
 
-Registered implementations are built through ``attention.factory`` (the factory is part of what
-is verified).  The factory does not know outside classes, so :func:`external_spec` returns a
-:class:`ClassImplSpec`, which builds the class directly with the same configuration and keyword
-contract (docs/design.md, "attention").
+Registered implementations are built by ``ImplSpec.create``, the construction the factory
+(``attention.factory``) performs for their names, so verifying them verifies what the factory
+builds.  :func:`external_spec` returns a :class:`ClassImplSpec`, which builds an outside class with
+the same configuration and keyword contract except that a core module gets no ``num_heads``
+default (an outside core need not take one; docs/design.md, "attention").
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ ENV_VAR = "PERFGUARD_EXTRA_IMPLS"
 
 @dataclass(frozen=True)
 class ClassImplSpec(ImplSpec):
-    """An :class:`ImplSpec` for a class the factory does not know: built from ``class_path`` directly."""
+    """An :class:`ImplSpec` for an outside class: a core module is built without a ``num_heads`` default."""
 
     def build(
         self,
@@ -57,12 +58,7 @@ class ClassImplSpec(ImplSpec):
         if self.multihead:
             kwargs.setdefault("embed_dim", cfg.shape.embed_dim)
             kwargs.setdefault("num_heads", cfg.shape.num_heads)
-            module = self.cls(device=device, dtype=dtype, **kwargs)
-        else:
-            module = self.cls(**kwargs)
-            if device is not None or dtype is not None:
-                module = module.to(device=device, dtype=dtype)
-        return module.eval()
+        return self.create(device=device, dtype=dtype, **kwargs).eval()
 
 
 def external_spec(
@@ -81,7 +77,13 @@ def external_spec(
     """
     base = REGISTRY[like or ("multihead_dilated" if multihead else "dilated")]
     spec = ClassImplSpec(**{f: getattr(base, f) for f in base.__dataclass_fields__})
-    changes = {"name": name, "class_path": class_path, "multihead": multihead, "same_function_as": None}
+    changes = {
+        "name": name,
+        "class_path": class_path,
+        "multihead": multihead,
+        "same_function_as": None,
+        "core": None,
+    }
     return replace(spec, **{**changes, **fields})
 
 
