@@ -394,7 +394,7 @@ def test_underneath_kernels_are_literal_code_and_bad_entries_are_skipped() -> No
     code = re.findall(r"`([^`]*)`", line)
     assert len(code) == 2 and code[0].endswith("…") and len(code[0]) == 80
     assert "&lt;" not in code[0] and "<128, 2, ˋgpu_kernel_impl" in code[0]  # literal, backtick replaced
-    assert "1.5 → 2.25 ms `flash_fwd_kernel`" in line
+    assert "1.50 ms → 2.25 ms `flash_fwd_kernel`" in line  # perfguard.units: one formatter
 
 
 def test_a_stored_unit_cannot_write_markdown() -> None:
