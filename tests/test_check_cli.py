@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
+from perfguard.units import format_value
 from tests.helpers.project import planted
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -251,7 +252,7 @@ def main_flow(repo: Path, db: str, tmp_path: Path) -> None:
     git(repo, "checkout", "-q", "double")
     out = tmp_path / "double"
     slow = perfguard(repo, "check", "--baseline", "main", "--bench", BENCH, "--json", f"{out}.json",
-                     "--markdown", f"{out}.md", db=db)  # fmt: skip
+                     "--markdown", f"{out}.md", "--html", f"{out}.html", db=db)  # fmt: skip
     assert slow.returncode == 1, slow.stdout + slow.stderr
     document = report(tmp_path / "double.json")
     # the work of dilated's forward doubled, exactly; improved's did not change at all
@@ -259,6 +260,14 @@ def main_flow(repo: Path, db: str, tmp_path: Path) -> None:
     assert {i["metric"] for i in dilated} == WORK
     assert all(i["verdict"] == "regression" and i["gated"] and i["ratio"] == pytest.approx(2.0, rel=1e-9)
                for i in dilated), dilated  # fmt: skip
+    # one number, one string: the bytes dilated allocates read the same in the terminal (its reason),
+    # the Markdown and the HTML report (issue 28, perfguard.units)
+    (allocated,) = [i for i in dilated if i["metric"] == "allocated"]
+    shown = [format_value(allocated[k], "bytes") for k in ("base_value", "head_value")]
+    html = (tmp_path / "double.html").read_text()
+    for where, shown_in in (("terminal", slow.stdout), ("Markdown", (tmp_path / "double.md").read_text()),
+                        ("HTML", html)):  # fmt: skip
+        assert all(v in shown_in for v in shown), (where, shown)
     improved = work_items(document, "improved")
     assert improved and all(i["verdict"] == "unchanged" and i["ratio"] == 1.0 for i in improved), improved
     assert "dilated" in gated_verdicts(document, "regression")
