@@ -43,7 +43,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ),
     ("engine.fallbacks", "engine.round_worker", "engine.round_output", "engine.rounds"),
     ("store", "migrations"),
-    ("stats", "compare", "accept"),
+    ("stats", "stats.samples", "stats.ratio", "stats.rank_test", "stats.bootstrap", "compare", "accept"),
     ("report",),
     (
         "measuring",
