@@ -42,7 +42,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "engine.rank_group",
     ),
     ("engine.fallbacks", "engine.round_worker", "engine.round_output", "engine.rounds"),
-    ("store", "migrations"),
+    ("store", "store.connection", "migrations"),
     ("stats", "stats.samples", "stats.ratio", "stats.rank_test", "stats.bootstrap", "compare", "accept"),
     ("report",),
     (
