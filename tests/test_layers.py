@@ -32,7 +32,18 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ),  # leaves
     # the measuring engine (perfguard/engine/, its __init__ names the flow)
     ("engine", "engine.machine"),
-    ("engine.timing", "engine.work", "engine.communication"),
+    (
+        "engine.timing",
+        "engine.timing.settings",
+        "engine.timing.samples",
+        "engine.timing.ranks",
+        "engine.timing.nvml",
+        "engine.timing.cpu",
+        "engine.timing.cuda",
+        "engine.timing.memory",
+        "engine.work",
+        "engine.communication",
+    ),
     (
         "engine.cases",
         "engine.passes",
