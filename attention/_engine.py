@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attention._kernels import KernelSet
+from attention._kernel_selection import KernelSet
 from attention._lse import attention_with_lse, compute_dtype
 from attention._merge import merge_parts, sum_parts
 from attention._part import Part

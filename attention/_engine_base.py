@@ -20,7 +20,7 @@ import torch
 
 from attention._base import DilatedAttentionBase
 from attention._engine import PlanCache, SegmentAttentionFunction, SegmentPlan, differentiable_forward
-from attention._kernels import BACKENDS, KernelSet
+from attention._kernel_selection import BACKENDS, KernelSet
 from attention._plan import chunk_bounds, chunks_connected
 
 

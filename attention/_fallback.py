@@ -1,7 +1,7 @@
 """What a fast path's failure means: a fallback for this call, or for the rest of the process.
 
 Every fast path of the package has an exact, slower one beside it: compiled ``flex_attention`` →
-the block-sparse gather path, cuDNN → flash → … → math (:mod:`attention._kernels`), strided views
+the block-sparse gather path, cuDNN → flash → … → math (:mod:`attention._kernel_selection`), strided views
 → contiguous copies, the Triton merge → the torch merge (:mod:`attention._merge`).  When the fast
 path raises, the call runs the slower one.  This module decides **how long** that lasts, for every
 one of those sites, and says it in the warning.

@@ -1,6 +1,6 @@
 """Which attention kernels ``improved`` and ``ring`` can run on here, and why not the others.
 
-Every segment-engine module takes ``backend=`` (:data:`attention._kernels.BACKENDS`):
+Every segment-engine module takes ``backend=`` (:data:`attention._kernel_selection.BACKENDS`):
 
 - ``auto``: the fastest available, with run-time fallback: ``cudnn`` → ``flash`` → ``efficient``
   on CUDA, ``cpu_flash`` on the CPU, then ``math``;
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from attention._kernels import BACKENDS, unavailable_reason
+from attention._kernel_selection import BACKENDS, unavailable_reason
 
 KERNELS = tuple(b for b in BACKENDS if b != "auto")
 

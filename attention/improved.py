@@ -4,7 +4,7 @@ In the ``(batch, seq, heads, head_dim)`` layout the positions a head keeps insid
 equally spaced rows, so every branch is computed on **strided views** of q, k and v that the
 fused kernels read in place (:mod:`attention._plan`): per branch, all segments and all heads of an
 offset group in one call (cuDNN / FlashAttention-2 / memory-efficient on CUDA, the CPU flash
-kernel on CPU, exact math elsewhere; see :mod:`attention._kernels`), no gather and no copy.  The
+kernel on CPU, exact math elsewhere; see :mod:`attention._kernel_selection`), no gather and no copy.  The
 pieces' outputs are merged by log-sum-exp in one pass (:mod:`attention._merge`: on CUDA two Triton
 kernels, which read every branch output once and write the result once), and on CUDA the calls
 run on several streams at once (:func:`attention._engine.concurrent_streams`).  A segment cut by the

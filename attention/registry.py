@@ -216,7 +216,7 @@ IMPLEMENTATIONS: tuple[ImplSpec, ...] = (
         extra_cpu={"ring_size": 4, "single_shot_bytes": 0},
         # Verified chunked on both devices (single_shot_bytes=0): the path the ring exists for.
         # Its backward once crashed inside cuDNN on an H100 (tiny boundary pieces; now kept off
-        # cuDNN by attention._kernels.CUDNN_MIN_LEN, docs/perf/attention.md).
+        # cuDNN by attention._kernel_selection.CUDNN_MIN_LEN, docs/perf/attention.md).
         extra_gpu={"ring_size": 4, "single_shot_bytes": 0},
         extra_bench={"ring_size": 8},
         same_function_as="dilated",
@@ -231,7 +231,7 @@ IMPLEMENTATIONS: tuple[ImplSpec, ...] = (
         extra_cpu={"ring_size": 4, "single_shot_bytes": 0},
         # Verified chunked on both devices (single_shot_bytes=0): the path the ring exists for.
         # Its backward once crashed inside cuDNN on an H100 (tiny boundary pieces; now kept off
-        # cuDNN by attention._kernels.CUDNN_MIN_LEN, docs/perf/attention.md).
+        # cuDNN by attention._kernel_selection.CUDNN_MIN_LEN, docs/perf/attention.md).
         extra_gpu={"ring_size": 4, "single_shot_bytes": 0},
         extra_bench={"ring_size": 8},
         same_function_as="dilated",

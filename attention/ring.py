@@ -163,7 +163,7 @@ class RingDilatedAttention(SegmentEngineAttention):
 
     def _plan_global(self, q, n, lengths, is_causal, sched: RingSchedule):
         from attention._engine import SegmentPlan
-        from attention._kernels import KernelSet
+        from attention._kernel_selection import KernelSet
 
         d = q.shape[-1]
         h = q.shape[2]

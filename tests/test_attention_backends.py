@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attention import ImprovedDilatedAttention, backends, registry
-from attention._kernels import BACKENDS
+from attention._kernel_selection import BACKENDS
 from tests.test_attention_numerics import check_against_reference
 
 

@@ -27,7 +27,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from attention import _kernels, _merge, block_sparse
+from attention import _kernel_selection, _merge, block_sparse
 from attention._fallback import Fallback, calling_context, compile_blocked
 from attention.block_sparse import FLEX_FALLBACK, BlockSparseRingDilatedAttention
 from attention.improved import ImprovedDilatedAttention
@@ -77,8 +77,8 @@ def _no_switch_left_behind() -> Iterator[None]:
     """Each test starts from a process where nothing is switched off and must leave nothing
     switched off (what it switched off would change what later tests run)."""
     switches = (
-        _kernels.KERNEL_FALLBACK,
-        _kernels.STRIDES_FALLBACK,
+        _kernel_selection.KERNEL_FALLBACK,
+        _kernel_selection.STRIDES_FALLBACK,
         block_sparse.FLEX_FALLBACK,
         _merge.TRITON_FALLBACK,
     )
@@ -330,8 +330,8 @@ def test_engine_kernel_under_a_dispatch_mode_falls_back_for_that_call_only(mode:
     torch.testing.assert_close(counted, flex_out, rtol=1e-5, atol=1e-6)
     if isinstance(ctx, OpCounter):
         assert ctx.ops["aten::logsumexp"] > 0  # the math kernel ran, and was counted
-    assert not _kernels.KERNEL_FALLBACK.off
-    assert _kernels.KernelSet(torch.device("cpu"), torch.float32, 16, "flex").name == "flex"
+    assert not _kernel_selection.KERNEL_FALLBACK.off
+    assert _kernel_selection.KernelSet(torch.device("cpu"), torch.float32, 16, "flex").name == "flex"
     with _no_runtime_warning():
         again, names, _ = _ran(lambda: module(*qkv))
     assert _ran_flex(names) and torch.equal(again, flex_out)

@@ -180,7 +180,7 @@ def test_cuda_head_dims_bf16(name: str, head_dim: int) -> None:
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_cuda_each_kernel_backend(backend: str, dtype: torch.dtype) -> None:
     """Every attention kernel, forced one at a time (skipped, with why, where it cannot run)."""
-    from attention._kernels import unavailable_reason
+    from attention._kernel_selection import unavailable_reason
 
     reason = unavailable_reason(backend, torch.device("cuda"), dtype, 64)
     if reason is not None:
@@ -271,7 +271,7 @@ def test_cuda_ring_peak_memory_shrinks() -> None:
 def test_short_calls_never_reach_cudnn() -> None:
     """cuDNN's backward crashed the process on the ring's few-row boundary pieces (H100): calls
     shorter than CUDNN_MIN_LEN in either length go to the next kernel, longer ones may use it."""
-    from attention._kernels import CUDNN_MIN_LEN, _takes
+    from attention._kernel_selection import CUDNN_MIN_LEN, _takes
 
     def shaped(length: int) -> torch.Tensor:
         return torch.empty(1, 8, length, 64, device="meta")

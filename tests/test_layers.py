@@ -32,7 +32,18 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ),  # leaves
     # the measuring engine (perfguard/engine/, its __init__ names the flow)
     ("engine", "engine.machine"),
-    ("engine.timing", "engine.work", "engine.communication"),
+    (
+        "engine.timing",
+        "engine.timing.settings",
+        "engine.timing.samples",
+        "engine.timing.ranks",
+        "engine.timing.nvml",
+        "engine.timing.cpu",
+        "engine.timing.cuda",
+        "engine.timing.memory",
+        "engine.work",
+        "engine.communication",
+    ),
     (
         "engine.cases",
         "engine.passes",
@@ -42,9 +53,9 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "engine.rank_group",
     ),
     ("engine.fallbacks", "engine.round_worker", "engine.round_output", "engine.rounds"),
-    ("store", "migrations"),
-    ("stats", "compare", "accept"),
-    ("report",),
+    ("store", "store.connection", "migrations"),
+    ("stats", "stats.samples", "stats.ratio", "stats.rank_test", "stats.bootstrap", "compare", "accept"),
+    ("report", "report.site_benchmark", "report.site_index"),
     (
         "measuring",
         "gate",

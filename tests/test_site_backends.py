@@ -152,14 +152,14 @@ def test_a_kernel_that_falls_back_at_its_first_call_is_skipped_not_timed(
 ) -> None:
     """A kernel that passes the capability checks but raises at run time: the engine runs math in its
     place, so a time would be math's under cpu_flash's name; the case is skipped with the engine's why."""
-    from attention import _kernels
+    from attention import _kernel_selection, _kernels
     from perfguard.engine import cases, passes
 
     def broken(*args: object) -> None:
         raise RuntimeError("planted: no kernel image")
 
     key = ("cpu_flash", "cpu", torch.float32, PROFILES["quick"].cpu_shape.head_dim)
-    monkeypatch.setitem(_kernels._IMPLS, "cpu_flash", (broken, _kernels._IMPLS["cpu_flash"][1]))
+    monkeypatch.setitem(_kernels.KERNELS, "cpu_flash", (broken, _kernels.KERNELS["cpu_flash"][1]))
     measured = passes.current("improved", SEQ, "float32", "cpu", PROFILES["quick"], backend="cpu_flash")
     try:
         assert measured.case is not None and measured.case.config["backend"] == "cpu_flash"
@@ -169,7 +169,7 @@ def test_a_kernel_that_falls_back_at_its_first_call_is_skipped_not_timed(
             measured.pass_("forward").first()
     finally:
         passes.release()
-        _kernels.KERNEL_FALLBACK.off.discard(key)  # the engine's switch is per process: leave none behind
+        _kernel_selection.KERNEL_FALLBACK.off.discard(key)  # the switch is per process: leave none behind
 
 
 def _plan(tmp_path: Path, exclude: list[str]) -> list[str]:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from scipy import stats as sps
 
 from perfguard import stats
+from perfguard.stats import bootstrap
 
 
 def lognormal_rounds(rng: np.random.Generator, k: int, n: int, *, level: float = 1.0, call=0.1, round_=0.03):
@@ -154,9 +155,9 @@ def test_exact_law_bootstrap_matches_monte_carlo(k: int, n: int) -> None:
     rounds = [np.round(r, 4) for r in lognormal_rounds(rng, k, n)]  # ties, as real timers give
     rounds[0] = rounds[0][: n - 3]  # unequal round sizes
     side = stats.Samples.of(rounds)
-    reference = stats._bootstrap_medians_mc(side.rounds, 10_000, np.random.default_rng(7))
+    reference = bootstrap._bootstrap_medians_mc(side.rounds, 10_000, np.random.default_rng(7))
     u = (np.arange(10_000) + 0.5) / 10_000
-    exact = stats._bootstrap_median_draws([side], u[None, :], [[1]])[0]
+    exact = bootstrap._bootstrap_median_draws([side], u[None, :], [[1]])[0]
     q = [0.025, 0.1, 0.5, 0.9, 0.975]
     ref_q, exact_q = np.quantile(reference, q), np.quantile(exact, q)
     width = ref_q[-1] - ref_q[0]

@@ -539,7 +539,7 @@ def run_cli(
 
 # (phase, what is wrapped): time is exclusive, the innermost wrapped call gets it.
 PHASES = (
-    ("store: open (schema check)", "perfguard.store.store:Store.open"),
+    ("store: open (schema check)", "perfguard.store.connection:StoreConnection.open"),
     ("machine fingerprint", "perfguard.engine.machine:fingerprint"),
     ("config, profile, asv config", "perfguard.config:load_config"),
     ("config, profile, asv config", "perfguard.config:find_pyproject"),
@@ -556,7 +556,7 @@ PHASES = (
     ("report: HTML", "perfguard.report:render_html"),
     ("report: JSON", "perfguard.report:check_to_json"),
     ("report: writing the files", "perfguard.gate:write_reports"),
-    ("closing the store", "perfguard.store.store:Store.close"),
+    ("closing the store", "perfguard.store.connection:StoreConnection.close"),
 )
 
 

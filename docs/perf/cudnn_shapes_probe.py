@@ -71,7 +71,7 @@ def child_ring() -> None:
     """Chunked against one-piece ring, forward and backward, one JSON line per configuration."""
     import torch
 
-    from attention._kernels import CUDNN_MIN_LEN
+    from attention._kernel_selection import CUDNN_MIN_LEN
     from attention.ring import RingDilatedAttention
 
     for ring_size in (4, 8):

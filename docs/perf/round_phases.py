@@ -79,11 +79,13 @@ def _wrap(module, name, label=None, args_label=None):
 
 
 def _patch(name, module):
-    if name == "perfguard.engine.timing":
-        _wrap(module, "_time_cuda")
-        _wrap(module, "_time_cpu")
-        _wrap(module, "_capture")
+    if name == "perfguard.engine.timing.cpu":
+        _wrap(module, "time_cpu")
+    elif name == "perfguard.engine.timing.memory":
         _wrap(module, "peak_memory")
+    elif name == "perfguard.engine.timing.cuda":
+        _wrap(module, "time_cuda")
+        _wrap(module, "capture")
         _wrap(module, "_event_samples", args_label=lambda a, k: {
             "what": "eager" if (a[2] if len(a) > 2 else k.get("nvml")) is None else "timed",
             "n": a[1] if len(a) > 1 else k.get("n")})
@@ -97,7 +99,8 @@ def _patch(name, module):
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    WATCH = ("torch", "torch.cuda", "perfguard.engine.timing", "perfguard.engine.cases")
+    WATCH = ("torch", "torch.cuda", "perfguard.engine.timing.cpu", "perfguard.engine.timing.cuda",
+             "perfguard.engine.timing.memory", "perfguard.engine.cases")
 
     def find_spec(self, fullname, path, target=None):
         if fullname not in self.WATCH and not fullname.endswith("bench_attention"):
@@ -238,17 +241,17 @@ def analyze(trace_dir: Path) -> dict:
             if name == "_event_samples":
                 own[f"timer: {e.get('what')} samples"] += span
                 counts[f"{e.get('what')} samples"] += int(e.get("n") or 0)
-            elif name in ("_time_cuda", "_time_cpu"):
+            elif name in ("time_cuda", "time_cpu"):
                 nested = sum(
                     x["end"] - x["start"]
                     for x in inside
-                    if x["name"] in ("_event_samples", "_capture")
+                    if x["name"] in ("_event_samples", "capture")
                     and e["start"] <= x["start"]
                     and x["end"] <= e["end"]
                 )
                 own["timer: first call and warm-up"] += span - nested
                 counts["timings"] += 1
-            elif name == "_capture":
+            elif name == "capture":
                 own["timer: graph capture (3 warm calls + capture)"] += span
             elif name == "peak_memory":
                 own["peak-memory passes (1 warm + 2 measured calls)"] += span

@@ -3,8 +3,9 @@
 The data flows through these modules in this order (docs/design.md, "Module map"):
 
 1. ``machine``: what hardware and software the numbers are of (the store's machine key).
-2. ``timing``, ``work``, ``communication``: the instruments — the timer (CUDA graphs, events),
-   the work counters (FLOPs, aten ops, bytes, kernels), a distributed call's communication.
+2. ``timing``, ``work``, ``communication``: the instruments — the timer (CUDA graphs, events; a
+   package: the CPU and CUDA timers, NVML readings, peak memory), the work counters (FLOPs, aten
+   ops, bytes, kernels), a distributed call's communication.
 3. ``suite``: what the asv suite's benchmarks measure and how they are named and selected.
 4. ``cases``: one implementation at a profile's shape, built and fed (``shards``: a rank's share
    of one in a distributed round; ``rank_group``: launching and joining the group).

@@ -258,7 +258,7 @@ def first_call_of(case: Case, fn: Callable[[], Any]) -> None:
     if case.backend is None:
         first_call(fn, case.device)
         return
-    from attention._kernels import KernelSet
+    from attention._kernel_selection import KernelSet
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)

@@ -25,8 +25,8 @@ from sqlalchemy.orm import aliased
 from perfguard.errors import StoreError
 from perfguard.store import Store, resolve
 from perfguard.store.columns import StoredValueError
+from perfguard.store.connection import damaged
 from perfguard.store.models import Check, CheckItem, Commit, Machine
-from perfguard.store.store import damaged
 
 #: Run purposes that make up the history of the baseline branch.  ``head`` and ``retry`` runs
 #: belong to a pull request's check, ``calibrate`` runs to calibration; none is a point of history.

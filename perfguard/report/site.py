@@ -22,6 +22,11 @@ Steps of the baseline branch (``perfguard changes``: flagged, or accepted) and a
 drawn on the charts at their commit and listed on the index (the flagged ones) and the changes
 page (:mod:`perfguard.report.site_steps`).
 
+This module builds the site and writes every page; what a page shows is in the site modules: a
+benchmark's page (:mod:`~perfguard.report.site_benchmark`), the index and the recent marks
+(:mod:`~perfguard.report.site_index`), the cross views (:mod:`~perfguard.report.scaling`,
+:mod:`~perfguard.report.ranks`, :mod:`~perfguard.report.backends`).
+
 The site is rebuilt from scratch each time; a directory is only overwritten when it holds a
 previous perfguard site (marker file ``.perfguard-site``), so a wrong ``--out`` cannot wipe
 something else.
@@ -32,26 +37,23 @@ from __future__ import annotations
 import shutil
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from perfguard import units
 from perfguard.errors import UsageError
 from perfguard.files import check_output_path
-from perfguard.metrics import REPORTED_METRICS, in_family
+from perfguard.metrics import in_family
 from perfguard.report import backends as backends_view
-from perfguard.report import formatting
+from perfguard.report import formatting, site_benchmark, site_index
 from perfguard.report import ranks as ranks_view
-from perfguard.report.charts import PALETTE, Flag, LineChart, Marker, line_chart, loglog_chart, sparkline
+from perfguard.report.charts import PALETTE, loglog_chart
 from perfguard.report.downloads import write_downloads
-from perfguard.report.items import column_order
 from perfguard.report.queries import HISTORY_PURPOSES, open_store, verdict_marks
 from perfguard.report.scaling import Group, groups
-from perfguard.report.series import MachineInfo, Series, assemble, mark_checks, mark_steps, page_slug
+from perfguard.report.series import Series, assemble, mark_checks, mark_steps, page_slug
 from perfguard.report.site_steps import (
-    StepFlag,
     acceptances_json,
     attach_flags,
     change_points_json,
@@ -60,9 +62,6 @@ from perfguard.report.site_steps import (
 from perfguard.report.templating import SITE_CSP, STATIC_FILES, environment, static_text
 
 SITE_MARKER = ".perfguard-site"
-#: What the index shows by default: the gated timings and memory (the rest behind a switch: derived
-#: and reported numbers such as the per-kernel times of ``backends.html``, and the work metrics).
-INDEX_METRICS = tuple(m for m in (*in_family("time"), *in_family("memory")) if m not in REPORTED_METRICS)
 
 
 @dataclass(frozen=True)
@@ -149,7 +148,7 @@ def build_site(
     for name in STATIC_FILES:
         (out / "static" / name).write_text(static_text(name), encoding="utf-8")
 
-    commit_labels = {m.key: _commit_labels(m) for m in machines}
+    commit_labels = {m.key: site_benchmark.commit_labels(m) for m in machines}
     by_benchmark: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
     for key, members in pages.items():
         s = members[0]
@@ -166,7 +165,7 @@ def build_site(
             page="benchmark",
             first=first,
             chart_views=[
-                _chart_view(s, k, commit_labels[s.machine.key], flags.get(id(s), []))
+                site_benchmark.chart_view(s, k, commit_labels[s.machine.key], flags.get(id(s), []))
                 for k, s in enumerate(members)
             ],
             siblings=[(impl, label, slug) for impl, _, label, slug in siblings],
@@ -179,8 +178,8 @@ def build_site(
         "site/index.html",
         page="index",
         machines=machines,
-        rows=_index_rows(series, slugs, machines),
-        recent=_recent_marks(series, slugs)[:10],
+        rows=site_index.index_rows(series, slugs, machines),
+        recent=site_index.recent_marks(series, slugs)[:10],
         title=title,
         flagged=[r for r in steps if r.flagged],
         n_steps=len(steps),
@@ -251,7 +250,7 @@ def build_site(
         "regressions.html",
         "site/regressions.html",
         page="regressions",
-        marks=_recent_marks(series, slugs),
+        marks=site_index.recent_marks(series, slugs),
         steps=steps,
         acceptances=sorted(accepted, key=lambda a: (a.created_at, a.id), reverse=True),
     )
@@ -315,222 +314,6 @@ def _prepare(out: Path) -> None:
         for page in out.glob("*.html"):
             page.unlink()
     out.mkdir(parents=True, exist_ok=True)
-
-
-@dataclass
-class ChartView:
-    series: Series
-    chart: LineChart
-    data: dict[str, Any]
-    data_id: str
-    note: str  # what the page says about changes when nothing is marked
-    flags: list[StepFlag] = field(default_factory=list)  # steps and acceptances at its commits, newest first
-
-
-#: asv's step detection needs this many points before it can place a step.
-MIN_STEP_POINTS = 3
-
-
-def change_note(s: Series) -> str:
-    """What a series without marks says: never "no change" where the reader sees one.
-
-    Issue 14: two commits 21% apart under "No change detected".  With fewer points than step
-    detection needs, the page says so and gives the change in numbers, with whether the two
-    points' intervals overlap (a difference the noise of those two measurements can explain).
-    """
-    pts = s.points
-    if len(pts) >= MIN_STEP_POINTS:
-        return "No step found by asv's step detection (≥ 5% and beyond the noise of both segments)."
-    if len(pts) < 2:
-        return (
-            f"{len(pts)} commit measured: a change can be marked from {MIN_STEP_POINTS} commits on "
-            "(asv's step detection)."
-        )
-    prev, last = pts[-2], pts[-1]
-    change = formatting.format_change(last.value / prev.value if prev.value else None)
-    text = (
-        f"2 commits: too few for step detection (it needs {MIN_STEP_POINTS}). The latest is "
-        f"{change} from the previous commit"
-    )
-    if None not in (prev.low, prev.high, last.low, last.high):
-        apart = last.low > prev.high or last.high < prev.low  # type: ignore[operator]
-        if apart:
-            text += (
-                "; their ≈95% intervals do not overlap, but they measure the noise within one session, "
-                "not between sessions (perfguard check re-measures both sides interleaved before it "
-                "calls a regression)"
-            )
-        else:
-            text += "; their ≈95% intervals overlap: within the noise of these two measurements"
-    return text + "."
-
-
-def _commit_labels(machine: MachineInfo) -> list[tuple[str, str]]:
-    """The x axis labels of a machine's charts: short sha, and the commit time under it (with the
-    year only when the history spans more than one)."""
-    years = {c.date.year for c in machine.commits}
-    fmt = "%m-%d %H:%M" if len(years) <= 1 else "%Y-%m-%d"
-    return [(c.short, c.date.strftime(fmt)) for c in machine.commits]
-
-
-def _chart_view(
-    s: Series, k: int, labels: list[tuple[str, str]], flags: list[StepFlag] | None = None
-) -> ChartView:
-    pts = s.points
-    chart = line_chart(
-        [p.position for p in pts],
-        [p.value for p in pts],  # type: ignore[misc]
-        [p.low for p in pts],
-        [p.high for p in pts],
-        n_commits=len(s.machine.commits),
-        commit_labels=labels,
-        unit=s.unit,
-        failed_positions=[p.position for p in s.failures],
-    )
-    offsets = {"step": 11, "check": 22}
-    for m in s.marks:
-        x, y = chart.xs[m.index], chart.ys[m.index]
-        dy = -offsets[m.source] if m.kind == "regression" else offsets[m.source]
-        y = min(max(y + dy, 7.0), chart.box.y0 + chart.box.bottom - 7.0)
-        chart.markers.append(Marker(m.index, x, y, m.kind, m.source, m.summary))
-    marks: dict[str, str] = {}
-    for m in s.marks:
-        marks[str(m.index)] = (marks[str(m.index)] + "; " if str(m.index) in marks else "") + m.summary
-    flags = flags or []
-    for index in sorted({f.index for f in flags}):
-        here = [f for f in flags if f.index == index]  # weakest first: the last kind is drawn
-        label = "\n".join(f.summary for f in here)
-        chart.flags.append(Flag(index, chart.xs[index], here[-1].kind, label))
-        text = "; ".join(f.summary for f in here)
-        marks[str(index)] = (marks[str(index)] + "; " if str(index) in marks else "") + text
-    values = [p.value for p in pts]
-    fmt = units.ValueFormatter(s.unit, sorted(values)[len(values) // 2] if values else 0.0)
-    data = {
-        "x": [round(x, 1) for x in chart.xs],
-        "y": [round(y, 1) for y in chart.ys],
-        "sha": [p.commit.short for p in pts],
-        "subject": [p.commit.subject[:72] for p in pts],
-        "date": [p.commit.when + " UTC" for p in pts],
-        "value": [fmt(v) for v in values],
-        "ci": [
-            f"{fmt.number(p.low)} – {fmt(p.high)} ({p.interval}, n={p.n})"
-            if p.low is not None
-            else f"– (n={p.n})"
-            for p in pts
-        ],
-        "marks": marks,
-    }
-    return ChartView(
-        series=s,
-        chart=chart,
-        data=data,
-        data_id=f"points-{k}",
-        note=change_note(s),
-        flags=sorted(flags, key=lambda f: f.index, reverse=True),
-    )
-
-
-@dataclass
-class IndexCell:
-    series: Series
-    latest: str
-    change: str
-    change_class: str
-    spark: Any
-    regressed: bool
-    title: str
-
-
-@dataclass
-class IndexRow:
-    impl: str
-    benchmark: str
-    params: str
-    slug: str
-    cells: dict[str, IndexCell]
-    primary: bool  # a gated timing or memory: shown by default; derived and work metrics on demand
-    order: Any = None
-
-
-def _index_rows(
-    series: list[Series], slugs: dict[tuple[str, str], str], machines: list[MachineInfo]
-) -> list[IndexRow]:
-    rows: dict[tuple[str, str], IndexRow] = {}
-    for s in series:
-        if not s.points:
-            continue
-        row = rows.setdefault(
-            s.page_key,
-            IndexRow(
-                s.impl,
-                s.benchmark,
-                formatting.params_label(s.params),
-                slugs[s.page_key],
-                {},
-                primary=s.gated and s.metric in INDEX_METRICS,
-                order=(s.impl, column_order(s.benchmark), formatting.natural_key(s.other_params)),
-            ),
-        )
-        latest = s.points[-1]
-        change, cls = "", ""
-        if len(s.points) >= 2 and s.points[-2].value:
-            prev = s.points[-2]
-            ratio = latest.value / prev.value  # type: ignore[operator]
-            change = formatting.format_change(ratio)
-            worse = ratio > 1 if s.direction != "higher" else ratio < 1
-            # Coloured only when it is beyond both points' noise: their intervals do not overlap.
-            apart = None not in (prev.low, prev.high, latest.low, latest.high) and (
-                latest.low > prev.high or latest.high < prev.low  # type: ignore[operator]
-            )
-            exact = prev.low is None and latest.low is None and prev.n <= 1  # a count: no noise
-            big = abs(ratio - 1) >= 0.05 and (apart or exact)
-            cls = ("delta-bad" if worse else "delta-good") if big else "muted small"
-        last = s.last_mark
-        row.cells[s.machine.key] = IndexCell(
-            series=s,
-            latest=units.format_value(latest.value, s.unit),
-            change=change,
-            change_class=cls,
-            spark=sparkline(s.values),
-            regressed=last is not None and last.kind == "regression",
-            title=(
-                f"{len(s.points)} points; latest {latest.commit.short} "
-                f"{formatting.format_date(latest.commit.date)}"
-                + (f"; last change: {last.summary}" if last else "")
-            ),
-        )
-    return sorted(rows.values(), key=lambda r: r.order)
-
-
-@dataclass
-class ChangeView:
-    series: Series
-    slug: str
-    kind: str
-    source: str
-    text: str
-    sha: str
-    date: datetime
-    word: str
-
-
-def _recent_marks(series: list[Series], slugs: dict[tuple[str, str], str]) -> list[ChangeView]:
-    out = [
-        ChangeView(
-            s,
-            slugs[s.page_key],
-            m.kind,
-            m.source,
-            m.text,
-            s.points[m.index].commit.short,
-            s.points[m.index].commit.date,
-            m.word,
-        )
-        for s in series
-        for m in s.marks
-    ]
-    out.sort(key=lambda c: (c.date.replace(tzinfo=None), c.source), reverse=True)
-    return out
 
 
 @dataclass

@@ -28,7 +28,10 @@ from sqlalchemy.orm import Session
 from perfguard.metrics import NAMES
 from perfguard.store.models import Acceptance, ChangePoint, Commit
 from perfguard.store.records import (
+    CommitRecord,
     RecordError,
+    check_record,
+    require_aware,
     require_json,
     require_text,
 )
@@ -153,6 +156,16 @@ class StoredAcceptance(AcceptanceRecord):
     id: int
     sha: str
     created_at: datetime
+
+
+def validate_acceptances(
+    commit: CommitRecord, acceptances: Sequence[AcceptanceRecord], created_at: datetime
+) -> None:
+    """Every value of an acceptance write, before it starts: a bad one is a StoreError naming it."""
+    check_record("commit", commit.validate)
+    check_record("created_at", lambda: require_aware("created_at", created_at))
+    for i, record in enumerate(acceptances, start=1):
+        check_record(f"acceptance {i} of {len(acceptances)}", record.validate)
 
 
 def insert_acceptances(

@@ -21,8 +21,12 @@ from perfguard.metrics import DIRECTIONS, NAMES
 from perfguard.store.acceptances import StoredAcceptance, acceptances
 from perfguard.store.models import ChangePoint, Commit, Machine
 from perfguard.store.records import (
+    CommitRecord,
+    MachineRecord,
     RecordError,
+    check_record,
     params_key,
+    require_aware,
     require_json,
     require_text,
 )
@@ -90,6 +94,26 @@ class StoredChangePoint(ChangePointRecord):
     def flagged(self) -> bool:
         """A step beyond the threshold that no trusted acceptance covers."""
         return self.acceptance is None
+
+
+def validate_change_points(
+    machine: MachineRecord,
+    commit: CommitRecord,
+    previous: CommitRecord,
+    profile: str,
+    points: Sequence[ChangePointRecord],
+    detected_at: datetime,
+) -> None:
+    """Every value of a change-point write, before it starts: a bad one is a StoreError naming it."""
+    check_record("machine", machine.validate)
+    check_record("commit", commit.validate)
+    check_record("previous commit", previous.validate)
+    check_record("profile", lambda: require_text("profile", profile, 32))
+    check_record("detected_at", lambda: require_aware("detected_at", detected_at))
+    for i, point in enumerate(points, start=1):
+        check_record(
+            f"change point {i} of {len(points)} ({point.benchmark}({point.params_key}))", point.validate
+        )
 
 
 def upsert_change_points(

@@ -9,7 +9,8 @@ commit's history); ``trusted_only`` also leaves out runs of untrusted contexts.
 
 The queries read only the light columns (never the sample arrays) and let the database cut each
 series to its newest ``last`` commits with a window function, so the site and ``perfguard
-history`` stay fast on large stores.
+history`` stay fast on large stores.  :func:`distinct` lists the stored implementations, benchmarks
+and machine keys (for "did you mean" messages).
 """
 
 from __future__ import annotations
@@ -138,6 +139,12 @@ def series(
 def latest(session: Session, **filters: Any) -> list[StoredSeries]:
     """Each matching series cut to its newest commit: the latest value per implementation x machine."""
     return series(session, last=1, **filters)
+
+
+def distinct(session: Session, column: str) -> list[str]:
+    """Stored values of ``impl``, ``benchmark`` or ``machine`` (for 'did you mean' messages)."""
+    target = {"impl": Result.impl, "benchmark": Result.benchmark, "machine": Machine.key}[column]
+    return list(session.scalars(select(target).distinct().order_by(target)))
 
 
 _POINT_COLUMNS = (

@@ -1,4 +1,4 @@
-"""Machines and commits inside a write, and ORM rows turned into ``Stored*`` records.
+"""Machines and commits inside a write, every stored machine, and ORM rows turned into ``Stored*`` records.
 
 Every write (a run, a check, an acceptance, a change point) creates its machine and commits in the
 same transaction when they are new.  They are upserted with ``INSERT ... ON CONFLICT DO NOTHING``
@@ -60,6 +60,11 @@ def _upsert(session: Session, model: type[Any], column: str, values: dict[str, A
         from sqlalchemy.dialects import sqlite as sql  # type: ignore[no-redef]
     session.execute(sql.insert(model).values(**values).on_conflict_do_nothing(index_elements=[column]))
     return int(session.scalars(select(model.id).where(key)).one())
+
+
+def machines(session: Session) -> list[StoredMachine]:
+    """Every machine key in the store, by key."""
+    return [stored_machine(m) for m in session.scalars(select(Machine).order_by(Machine.key))]
 
 
 def stored_machine(machine: Machine) -> StoredMachine:

@@ -2,40 +2,31 @@
 
 See the package docstring (``perfguard.store``) for the API in one place.  Every write is one
 transaction that is validated completely before it starts; every read returns frozen dataclasses,
-never ORM objects.  :class:`Store` owns the engine, the transactions and the read-only guard; what
+never ORM objects.  :class:`Store` is one method per write or read, each in one transaction; what
 goes into each transaction is in the modules of one table family each: :mod:`~perfguard.store.runs`
 (runs and results), :mod:`~perfguard.store.checks`, :mod:`~perfguard.store.acceptances`,
 :mod:`~perfguard.store.change_points`, :mod:`~perfguard.store.history` (series for the site), with
-machines and commits upserted by :mod:`~perfguard.store.rows`; :mod:`~perfguard.store.probes`
-answers whether a write would fail before anything is measured.
+machines and commits upserted and listed by :mod:`~perfguard.store.rows`.  What is about no table
+(opening and closing, the engine, the transactions and their errors, the read-only guard, whether
+a write would fail) is its base class, :class:`~perfguard.store.connection.StoreConnection`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, select
-from sqlalchemy.engine import URL
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
-
-from perfguard.errors import StoreError
 from perfguard.store import acceptances as acceptances_table
 from perfguard.store import change_points as change_points_table
-from perfguard.store import checks, history, probes, schema
+from perfguard.store import checks, history, rows
 from perfguard.store import runs as run_queries
 from perfguard.store.acceptances import AcceptanceRecord, StoredAcceptance
 from perfguard.store.change_points import ChangePointRecord, StoredChangePoint
-from perfguard.store.columns import StoredValueError
-from perfguard.store.engine import READ_ONLY_HINT, WRITE_OPTION, create, explain
-from perfguard.store.models import Commit, Machine, Result
+from perfguard.store.connection import StoreConnection
+from perfguard.store.models import Commit, Machine
 from perfguard.store.records import (
     MEASUREMENT_PURPOSES,
-    NOTHING_WRITTEN,
     CheckItemRecord,
     CommitRecord,
     MachineRecord,
@@ -46,127 +37,13 @@ from perfguard.store.records import (
     StoredMachine,
     StoredRun,
     check_record,
-    require_aware,
-    require_text,
 )
 from perfguard.store.rows import stored_commit, stored_machine, upsert_commit, upsert_machine
 from perfguard.store.runs import ResultsByKey
-from perfguard.store.url import StoreURL, refuse_tracked, resolve
 
 
-class Store:
+class Store(StoreConnection):
     """A history store: one database, its schema at this perfguard's newest revision."""
-
-    def __init__(
-        self,
-        engine: Engine,
-        store_url: StoreURL,
-        schema_state: schema.SchemaState,
-        migrated_from: str | None = None,
-        *,
-        read_only: bool = False,
-    ) -> None:
-        self._engine = engine
-        self._url = store_url
-        self.schema_state = schema_state
-        # The revision open() found the database at (None: it was empty, or migrate=False).
-        self.migrated_from = migrated_from
-        # Every write is refused (by perfguard, and by the database: see engine.create).
-        self.read_only = read_only
-
-    # --- lifecycle -----------------------------------------------------------------------------
-
-    @classmethod
-    def open(
-        cls,
-        url: str | URL | StoreURL | None = None,
-        *,
-        cwd: Path | None = None,
-        migrate: bool = True,
-        read_only: bool = False,
-    ) -> Store:
-        """Connect to ``url`` (None: ``PERFGUARD_DB``, else ``<repo>/.perfguard/history.db``).
-
-        With ``migrate`` (the default) the schema is created or upgraded to this perfguard's
-        newest revision.  ``migrate=False`` only reads the schema state (``perfguard db current``).
-        ``read_only`` (an untrusted check's baseline store): every write is refused with a
-        :class:`StoreError`, by perfguard and by the database itself (SQLite ``mode=ro``,
-        PostgreSQL ``default_transaction_read_only``); the store is never created or migrated, so
-        it must exist at this perfguard's schema revision.
-        ``url`` may also be a :class:`StoreURL` from ``resolve`` / ``resolve_results``.  A SQLite
-        file that git tracks is refused (:func:`perfguard.store.url.refuse_tracked`).
-        Raises :class:`StoreError` for every way this can fail, with the URL's password masked.
-        """
-        store_url = url if isinstance(url, StoreURL) else resolve(url, cwd=cwd)
-        refuse_tracked(store_url)
-        engine = create(store_url, read_only=read_only)
-        try:
-            if migrate and not read_only:
-                before, head = schema.upgrade(engine, store_url)
-                return cls(engine, store_url, schema.SchemaState(current=head, head=head), before)
-            with engine.connect() as connection:
-                state = schema.state(connection, store_url)
-            if read_only and migrate and not state.up_to_date:
-                raise _not_readable(store_url, state)
-            return cls(engine, store_url, state, read_only=read_only)
-        except StoreError:
-            engine.dispose()
-            raise
-        except SQLAlchemyError as exc:
-            engine.dispose()
-            raise explain(exc, store_url, "opening the history store", read_only=read_only) from None
-
-    def close(self) -> None:
-        self._engine.dispose()
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    @property
-    def url(self) -> str:
-        """The URL, password masked: fit for messages and logs."""
-        return self._url.masked
-
-    @property
-    def dialect(self) -> str:
-        return self._url.dialect
-
-    @property
-    def files(self) -> tuple[Path, ...]:
-        """The files of a SQLite store (database, -wal, -shm, -journal); none for PostgreSQL.
-
-        For the dirty-state check: a store inside the work tree is not a change to the code
-        (``perfguard.gitrepo.work_tree(root, ignore=store.files)``).
-        """
-        return self._url.files
-
-    def check_writable(self, *, min_free_bytes: int = probes.MIN_FREE_BYTES) -> None:
-        """Raise :class:`StoreError` when a write would fail, before anything is measured.
-
-        Cheap (milliseconds): a read-only store; on SQLite, a directory that refuses a new file
-        (SQLite writes its -wal/-shm/-journal files there), a disk with less than
-        ``min_free_bytes`` free or that refuses a small write with "no space left", a file or
-        filesystem that is read-only; on PostgreSQL, a read-only session or role and a user
-        without INSERT on perfguard's tables.  Each error says which, and what to do
-        (:mod:`perfguard.store.probes`).
-        """
-        probes.check_writable(
-            self._engine, self._url, read_only=self.read_only, min_free_bytes=min_free_bytes
-        )
-
-    @property
-    def engine(self) -> Engine:
-        """The SQLAlchemy engine (for tests, benchmarks and EXPLAIN; not for writing around the API)."""
-        return self._engine
-
-    def snapshot(self, target: Path) -> Path:
-        """Copy a SQLite store to ``target``: consistent, read-only (0444), readable from any directory
-        (:func:`perfguard.store.probes.snapshot`: what PR runners open with ``read_only=True``).
-        Returns ``target``."""
-        return probes.snapshot(self._engine, self._url, Path(target))
 
     # --- machines and commits --------------------------------------------------------------------
 
@@ -212,7 +89,7 @@ class Store:
     def machines(self) -> list[StoredMachine]:
         """Every machine key in the store, by key."""
         with self._reading("listing the machines of") as session:
-            return [stored_machine(m) for m in session.scalars(select(Machine).order_by(Machine.key))]
+            return rows.machines(session)
 
     # --- runs --------------------------------------------------------------------------------------
 
@@ -391,10 +268,7 @@ class Store:
         within its ceiling: a maintainer acknowledging a step on the baseline branch after the fact.
         """
         created_at = datetime.now(timezone.utc) if created_at is None else created_at
-        check_record("commit", commit.validate)
-        check_record("created_at", lambda: require_aware("created_at", created_at))
-        for i, record in enumerate(acceptances, start=1):
-            check_record(f"acceptance {i} of {len(acceptances)}", record.validate)
+        acceptances_table.validate_acceptances(commit, acceptances, created_at)
         with self._writing("recording an acceptance in") as session:
             commit_id = upsert_commit(session, commit, self.dialect)
             ids = acceptances_table.insert_acceptances(
@@ -431,15 +305,7 @@ class Store:
         detection twice for one commit leaves one row per series.
         """
         detected_at = datetime.now(timezone.utc) if detected_at is None else detected_at
-        check_record("machine", machine.validate)
-        check_record("commit", commit.validate)
-        check_record("previous commit", previous.validate)
-        check_record("profile", lambda: require_text("profile", profile, 32))
-        check_record("detected_at", lambda: require_aware("detected_at", detected_at))
-        for i, point in enumerate(points, start=1):
-            check_record(
-                f"change point {i} of {len(points)} ({point.benchmark}({point.params_key}))", point.validate
-            )
+        change_points_table.validate_change_points(machine, commit, previous, profile, points, detected_at)
         if not points:
             return []
         with self._writing("recording change points in") as session:
@@ -512,66 +378,5 @@ class Store:
 
     def distinct(self, column: str) -> list[str]:
         """Stored values of ``impl``, ``benchmark`` or ``machine`` (for 'did you mean' messages)."""
-        target = {"impl": Result.impl, "benchmark": Result.benchmark, "machine": Machine.key}[column]
         with self._reading("reading history from") as session:
-            return list(session.scalars(select(target).distinct().order_by(target)))
-
-    # --- plumbing ----------------------------------------------------------------------------------
-
-    def _refuse_if_read_only(self, doing: str) -> None:
-        if self.read_only:
-            raise StoreError(
-                f"{doing} {self.url} refused: the store was opened read-only; {NOTHING_WRITTEN}",
-                hint=READ_ONLY_HINT,
-            )
-
-    @contextmanager
-    def _writing(self, doing: str) -> Iterator[Session]:
-        """One write transaction (SQLite: holding the write lock from its first statement)."""
-        self._refuse_if_read_only(doing)
-        try:
-            with Session(self._engine, expire_on_commit=False) as session:
-                session.connection(execution_options={WRITE_OPTION: True})
-                yield session
-                session.commit()
-        except StoredValueError as exc:
-            raise damaged(exc, self.url, doing) from None
-        except SQLAlchemyError as exc:
-            error = explain(exc, self._url, doing, read_only=self.read_only)
-            raise StoreError(f"{error.message}; {NOTHING_WRITTEN}", hint=error.hint) from exc
-
-    @contextmanager
-    def _reading(self, doing: str) -> Iterator[Session]:
-        try:
-            with Session(self._engine) as session:
-                yield session
-        except StoredValueError as exc:
-            raise damaged(exc, self.url, doing) from None
-        except SQLAlchemyError as exc:
-            raise explain(exc, self._url, doing, read_only=self.read_only) from exc
-
-
-def damaged(error: StoredValueError, url: str, doing: str) -> StoreError:
-    """A value the store holds that perfguard cannot use (:mod:`perfguard.store.columns`)."""
-    return StoreError(
-        f"{doing} {url} stopped at a value perfguard cannot use: {error}",
-        hint="the store was changed outside perfguard, is damaged, or holds values an older perfguard "
-        "wrote that this one refuses: restore it from a backup, or delete that row (and the run or "
-        "check it belongs to) with sqlite3 / psql",
-    )
-
-
-def _not_readable(store_url: StoreURL, state: schema.SchemaState) -> StoreError:
-    """A read-only store must already be at this perfguard's schema: it is never created or migrated."""
-    if state.current is None:
-        return StoreError(
-            f"{store_url.masked} holds no perfguard history store (no schema), and a read-only store "
-            "is never created",
-            hint="point --db at the baseline store that the baseline workflow (perfguard run) writes",
-        )
-    return StoreError(
-        f"the history store {store_url.masked} is at schema revision {state.current}; this perfguard "
-        f"reads {state.head}, and a read-only store is never migrated",
-        hint="migrate it with a role that may write (perfguard db upgrade --db URL): the baseline "
-        "workflow does so on its next run of this perfguard version",
-    )
+            return history.distinct(session, column)

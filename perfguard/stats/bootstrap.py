@@ -1,30 +1,9 @@
-"""The statistics behind a verdict: ratio of medians, rank test, hierarchical bootstrap, noise.
+"""The hierarchical bootstrap: the percentile interval of the oriented ratio of medians.
 
-Every function here is pure (numbers in, numbers out) and knows nothing about benchmarks,
-configuration or the store; :mod:`perfguard.compare` turns these numbers into verdicts.  The
-choices follow ``research/gpu_timing.md`` §6 and are explained for users in ``docs/verdicts.md``.
-
-Data model.  One *side* of a comparison (the baseline or the head of one benchmark x params) is a
-list of *rounds*; a round is the per-call samples measured in one fresh process.  Rounds matter
-because the process is the dominant noise term on a GPU (gpu_timing.md §9-§11: eager medians move
-10-140% from one process to the next while the samples inside one process agree within a few %).
-:class:`Samples` holds one side cleaned (no NaN/inf) and sorted once, so medians, quartiles, the rank
-test and the bootstrap all reuse the same arrays.
-
-Orientation.  Every ratio here is oriented so that **R > 1 means worse**: ``head / base`` for a
-metric where lower is better (time, memory), ``base / head`` where higher is better (tokens/s).
-
-API
----
-``Samples.of(rounds)``                           one side: sorted rounds, pooled samples, median
-``oriented_ratio(base, head, direction)``        R (> 1 = worse); 0/0 = 1, x/0 = inf
-``mann_whitney_worse(base, head, direction)``    one-sided p of "head worse than base"
-``mann_whitney_worse_many(pairs, directions)``   the same for many pairs, one scipy call per shape
-``bootstrap_ratio_ci(base_rounds, head_rounds, direction, ...)``  (low, high) of R
-``bootstrap_ratio_cis(pairs, directions, ...)``  the same for many pairs, vectorised
-``holm(pvalues)``                                Holm-adjusted p-values (family-wise error control)
-``noise(rounds)`` / ``Samples.noise``            max within-round IQR/median, CV of round medians
-``hodges_lehmann_ratio(base, head, direction)``  robust ratio estimate (information only)
+Each side's rounds are resampled, then the samples inside each drawn round, so the
+process-to-process variance (the dominant term on a GPU) is part of the interval
+(``docs/verdicts.md``, "How the interval is computed (and why it is fast)": rounds of 20 samples or
+more use the exact law of the resampled median instead of drawing samples).
 """
 
 from __future__ import annotations
@@ -32,16 +11,15 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import special, stats
+from scipy import special
 
-Direction = Literal["lower", "higher"]
-FloatArray = NDArray[np.float64]
+from perfguard.stats.ratio import Direction, check_direction, safe_ratio
+from perfguard.stats.samples import FloatArray, Samples
+
 Seed = int | Sequence[int]
 
 #: Rounds with fewer samples are bootstrapped by plain Monte Carlo resampling; larger ones by the
@@ -59,247 +37,6 @@ _CHUNK_ELEMENTS = 200_000
 SMALL_POOL = 200
 #: Half-width, in standard deviations of a round's median, of the window the law is computed on.
 _WINDOW_Z = 2.5
-
-
-# --------------------------------------------------------------------------------------------
-# One side
-# --------------------------------------------------------------------------------------------
-
-
-def _quantile_sorted(s: FloatArray, q: float) -> float:
-    """numpy's default ('linear') quantile of an already sorted, non-empty array."""
-    pos = q * (s.size - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, s.size - 1)
-    return float(s[lo] + (pos - lo) * (s[hi] - s[lo]))
-
-
-@dataclass(frozen=True)
-class Noise:
-    """How noisy one side is.
-
-    ``iqr_ratio``: the largest within-round (q75 - q25) / median (torch.utils.benchmark warns
-    above 0.10); 0 when no round has two samples.  ``round_cv``: coefficient of variation
-    (sample std / mean) of the round medians, the process-to-process noise; ``None`` with fewer
-    than two rounds, where it cannot be seen.  ``round_spread``: largest / smallest round median
-    (1.0 with fewer than two rounds): how far apart fresh processes of the *same code* landed.
-    """
-
-    iqr_ratio: float
-    round_cv: float | None
-    round_spread: float = 1.0
-
-    @staticmethod
-    def worst(a: Noise, b: Noise) -> Noise:
-        """The larger of each measure over two sides (``round_cv`` None only if both are)."""
-        cvs = [c for c in (a.round_cv, b.round_cv) if c is not None]
-        return Noise(
-            max(a.iqr_ratio, b.iqr_ratio), max(cvs) if cvs else None, max(a.round_spread, b.round_spread)
-        )
-
-
-@dataclass(frozen=True, eq=False)
-class Samples:
-    """One side of a comparison: finite samples per round, each round sorted, and the pool.
-
-    Build it with :meth:`Samples.of`, which drops non-finite samples (asv writes NaN for a sample it
-    could not take) and rounds left empty.  ``Samples.of([])`` is a side with no samples
-    (``n == 0``, ``median`` NaN).
-    """
-
-    rounds: tuple[FloatArray, ...]
-    pooled: FloatArray  # all samples, sorted
-    median: float  # median of the pooled samples (NaN if none)
-    round_medians: tuple[float, ...]
-    noise: Noise
-
-    @classmethod
-    def of(cls, rounds: Iterable[ArrayLike]) -> Samples:
-        clean: list[FloatArray] = []
-        for r in rounds:
-            a = np.asarray(r, dtype=np.float64).ravel()
-            a = np.sort(a[np.isfinite(a)])
-            if a.size:
-                clean.append(a)
-        pooled = np.sort(np.concatenate(clean)) if clean else np.empty(0)
-        median = _quantile_sorted(pooled, 0.5) if pooled.size else math.nan
-        medians = tuple(_quantile_sorted(r, 0.5) for r in clean)
-        return cls(tuple(clean), pooled, median, medians, _noise(clean, medians))
-
-    @property
-    def n(self) -> int:
-        """Number of samples over all rounds."""
-        return int(self.pooled.size)
-
-    @property
-    def k(self) -> int:
-        """Number of rounds that have samples."""
-        return len(self.rounds)
-
-
-def _ratio(num: float, den: float) -> float:
-    """Scalar num / den with 0/0 = 1 and x/0 = inf (see :func:`_safe_ratio`)."""
-    if den == 0:
-        return 1.0 if num == 0 else math.copysign(math.inf, num)
-    return num / den
-
-
-def _noise(rounds: Sequence[FloatArray], medians: Sequence[float]) -> Noise:
-    iqr = 0.0
-    for r, med in zip(rounds, medians, strict=True):
-        if r.size >= 2:
-            iqr = max(iqr, _ratio(_quantile_sorted(r, 0.75) - _quantile_sorted(r, 0.25), abs(med)))
-    cv: float | None = None
-    spread = 1.0
-    if len(medians) >= 2:
-        mean = math.fsum(medians) / len(medians)
-        var = math.fsum((m - mean) ** 2 for m in medians) / (len(medians) - 1)
-        cv = _ratio(math.sqrt(var), abs(mean))
-        spread = _ratio(max(medians), min(medians)) if min(medians) > 0 else math.inf
-    return Noise(iqr_ratio=iqr, round_cv=cv, round_spread=spread)
-
-
-def noise(rounds: Iterable[ArrayLike]) -> Noise:
-    """Noise measures of one side given as rounds of samples (see :class:`Noise`)."""
-    return Samples.of(rounds).noise
-
-
-# --------------------------------------------------------------------------------------------
-# Ratio, rank test, Holm, Hodges-Lehmann
-# --------------------------------------------------------------------------------------------
-
-
-def _safe_ratio(num: ArrayLike, den: ArrayLike) -> FloatArray:
-    """num / den with 0/0 = 1 (nothing changed) and x/0 = inf, elementwise."""
-    n = np.asarray(num, dtype=np.float64)
-    d = np.asarray(den, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = n / d
-    return np.where((n == 0) & (d == 0), 1.0, r)
-
-
-def _check_direction(direction: str) -> None:
-    if direction not in ("lower", "higher"):
-        raise ValueError(f"direction must be 'lower' or 'higher', not {direction!r}")
-
-
-def oriented_ratio(base: float, head: float, direction: Direction) -> float:
-    """R such that R > 1 means head is worse: head/base if lower is better, else base/head.
-
-    0/0 is 1 (both zero: nothing changed); x/0 is inf.  NaN in, NaN out.
-    """
-    _check_direction(direction)
-    num, den = (head, base) if direction == "lower" else (base, head)
-    return float(_safe_ratio(num, den))
-
-
-def _worse_alternative(direction: str) -> Literal["greater", "less"]:
-    """scipy's ``alternative`` for "the first argument (head) is worse than the second (base)"."""
-    _check_direction(direction)
-    return "greater" if direction == "lower" else "less"
-
-
-def mann_whitney_worse(base: ArrayLike, head: ArrayLike, direction: Direction = "lower") -> float:
-    """One-sided Mann-Whitney U p-value of "head is worse than base" (stochastically).
-
-    Uses :func:`scipy.stats.mannwhitneyu` (exact for small samples without ties, normal
-    approximation with tie correction otherwise).  Returns 1.0 when either side is empty or the
-    test is undefined (all values identical): no evidence of a change.
-
-    Per-call samples are autocorrelated, so the p-value is anti-conservative (an A/A comparison
-    of hundreds of samples reached p = 0.0015; gpu_timing.md §6.2): it is a *necessary* condition
-    next to the effect-size threshold, never a verdict on its own.
-    """
-    h = np.asarray(head, dtype=np.float64)
-    b = np.asarray(base, dtype=np.float64)
-    if h.size == 0 or b.size == 0:
-        return 1.0
-    p = float(stats.mannwhitneyu(h, b, alternative=_worse_alternative(direction)).pvalue)
-    return p if math.isfinite(p) else 1.0
-
-
-def mann_whitney_worse_many(
-    pairs: Sequence[tuple[FloatArray, FloatArray]], directions: Sequence[Direction] | Direction = "lower"
-) -> FloatArray:
-    """:func:`mann_whitney_worse` for many (base, head) pairs, one scipy call per shape.
-
-    ``scipy.stats.mannwhitneyu`` costs ~0.5 ms a call but vectorises along an axis, so pairs with
-    the same sample counts and direction (the usual case: a suite's benchmarks take the same
-    number of samples) are stacked and tested in one call.
-    """
-    n = len(pairs)
-    dirs: list[Direction] = [directions] * n if isinstance(directions, str) else list(directions)
-    if len(dirs) != n:
-        raise ValueError(f"{n} pairs but {len(dirs)} directions")
-    out = np.ones(n)
-    groups: dict[tuple[int, int, Direction], list[int]] = {}
-    for i, (b, h) in enumerate(pairs):
-        if len(b) and len(h):
-            groups.setdefault((len(b), len(h), dirs[i]), []).append(i)
-    for (_, _, d), idx in groups.items():
-        if len(idx) == 1:
-            b, h = pairs[idx[0]]
-            out[idx[0]] = mann_whitney_worse(b, h, d)
-            continue
-        bb = np.stack([np.asarray(pairs[i][0], dtype=np.float64) for i in idx])
-        hh = np.stack([np.asarray(pairs[i][1], dtype=np.float64) for i in idx])
-        p = stats.mannwhitneyu(hh, bb, alternative=_worse_alternative(d), axis=1).pvalue
-        out[idx] = np.where(np.isfinite(p), p, 1.0)
-    return out
-
-
-def holm(pvalues: ArrayLike) -> FloatArray:
-    """Holm's step-down adjustment: rejecting ``adjusted < alpha`` keeps the family-wise error <= alpha.
-
-    Why Holm and not Benjamini-Hochberg: one false "regression" fails the whole pull request, so
-    the error that matters is the chance of *any* false alarm in the suite (family-wise), which
-    Holm controls and BH (the false discovery *rate*) does not.  Holm is uniformly more powerful
-    than Bonferroni, and a real 20% regression measured over ~100 samples a side has p ~ 1e-20, so
-    it costs no power where it matters.  NaN p-values count as 1.
-    """
-    p = np.asarray(pvalues, dtype=np.float64).ravel()
-    p = np.where(np.isfinite(p), p, 1.0)
-    m = p.size
-    if m == 0:
-        return p
-    order = np.argsort(p, kind="stable")
-    adj = np.maximum.accumulate((m - np.arange(m)) * p[order])
-    out = np.empty(m)
-    out[order] = np.minimum(adj, 1.0)
-    return out
-
-
-def _thin(sorted_values: FloatArray, at_most: int) -> FloatArray:
-    """At most ``at_most`` evenly spaced order statistics of a sorted sample (its quantiles)."""
-    if sorted_values.size <= at_most:
-        return sorted_values
-    return sorted_values[np.linspace(0, sorted_values.size - 1, at_most).round().astype(np.int64)]
-
-
-def hodges_lehmann_ratio(
-    base: ArrayLike, head: ArrayLike, direction: Direction = "lower", *, at_most: int = 200
-) -> float:
-    """exp(median of all pairwise log(head) - log(base)), oriented (> 1 = worse).
-
-    The rank-based shift estimate that goes with the Mann-Whitney test (gpu_timing.md §6.2).  It
-    takes all n_base x n_head differences, so a side with more than ``at_most`` samples is first
-    thinned to ``at_most`` evenly spaced quantiles (the estimate moves by well under 0.1% for
-    timing data; it is information, not part of the rule).  NaN when a side is empty or not
-    strictly positive.
-    """
-    _check_direction(direction)
-    b = np.sort(np.asarray(base, dtype=np.float64).ravel())
-    h = np.sort(np.asarray(head, dtype=np.float64).ravel())
-    if b.size == 0 or h.size == 0 or b[0] <= 0 or h[0] <= 0:
-        return math.nan
-    b, h = _thin(b, at_most), _thin(h, at_most)
-    d = float(np.median(np.log(h)[:, None] - np.log(b)[None, :]))
-    return math.exp(d if direction == "lower" else -d)
-
-
-# --------------------------------------------------------------------------------------------
-# Hierarchical bootstrap of the ratio of medians
-# --------------------------------------------------------------------------------------------
 
 
 @lru_cache(maxsize=16)
@@ -507,7 +244,7 @@ def bootstrap_ratio_cis(
     n = len(pairs)
     dirs = [directions] * n if isinstance(directions, str) else list(directions)
     for d in dirs:
-        _check_direction(d)
+        check_direction(d)
     seed_lists = [_seed_list(s) for s in (seeds if seeds is not None else range(n))]
     if len(seed_lists) != n or len(dirs) != n:
         raise ValueError("one seed and one direction per pair")
@@ -531,7 +268,7 @@ def bootstrap_ratio_cis(
     lower = np.array([d == "lower" for d in dirs])
     num = h if lower.all() else np.where(lower[:, None], h, b)
     den = b if lower.all() else np.where(lower[:, None], b, h)
-    ratios = _safe_ratio(num, den) if (den == 0).any() else num / den
+    ratios = safe_ratio(num, den) if (den == 0).any() else num / den
     # Percentile interval ("inverted CDF": the smallest draw whose empirical CDF reaches the tail).
     tail = (1.0 - confidence) / 2.0
     ranks = [max(0, math.ceil(tail * resamples) - 1), max(0, math.ceil((1.0 - tail) * resamples) - 1)]

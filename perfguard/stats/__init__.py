@@ -1,0 +1,61 @@
+"""The statistics behind a verdict: ratio of medians, rank test, hierarchical bootstrap, noise.
+
+Every function here is pure (numbers in, numbers out) and knows nothing about benchmarks,
+configuration or the store; :mod:`perfguard.compare` turns these numbers into verdicts.  The
+choices follow ``research/gpu_timing.md`` §6 and are explained for users in ``docs/verdicts.md``.
+
+Data model.  One *side* of a comparison (the baseline or the head of one benchmark x params) is a
+list of *rounds*; a round is the per-call samples measured in one fresh process.  Rounds matter
+because the process is the dominant noise term on a GPU (gpu_timing.md §9-§11: eager medians move
+10-140% from one process to the next while the samples inside one process agree within a few %).
+:class:`Samples` holds one side cleaned (no NaN/inf) and sorted once, so medians, quartiles, the rank
+test and the bootstrap all reuse the same arrays.
+
+Orientation.  Every ratio here is oriented so that **R > 1 means worse**: ``head / base`` for a
+metric where lower is better (time, memory), ``base / head`` where higher is better (tokens/s).
+
+API
+---
+``Samples.of(rounds)``                           one side: sorted rounds, pooled samples, median
+``oriented_ratio(base, head, direction)``        R (> 1 = worse); 0/0 = 1, x/0 = inf
+``mann_whitney_worse(base, head, direction)``    one-sided p of "head worse than base"
+``mann_whitney_worse_many(pairs, directions)``   the same for many pairs, one scipy call per shape
+``bootstrap_ratio_ci(base_rounds, head_rounds, direction, ...)``  (low, high) of R
+``bootstrap_ratio_cis(pairs, directions, ...)``  the same for many pairs, vectorised
+``holm(pvalues)``                                Holm-adjusted p-values (family-wise error control)
+``noise(rounds)`` / ``Samples.noise``            max within-round IQR/median, CV of round medians
+``hodges_lehmann_ratio(base, head, direction)``  robust ratio estimate (information only)
+
+Modules: :mod:`~perfguard.stats.samples` (one side: its rounds, pooled samples, median and
+noise), :mod:`~perfguard.stats.ratio` (the direction and the oriented ratio of two sides),
+:mod:`~perfguard.stats.rank_test` (Mann-Whitney, Holm, Hodges-Lehmann),
+:mod:`~perfguard.stats.bootstrap` (the hierarchical bootstrap interval of the ratio of medians).
+"""
+
+from __future__ import annotations
+
+from perfguard.stats.bootstrap import Seed, bootstrap_ratio_ci, bootstrap_ratio_cis
+from perfguard.stats.rank_test import (
+    hodges_lehmann_ratio,
+    holm,
+    mann_whitney_worse,
+    mann_whitney_worse_many,
+)
+from perfguard.stats.ratio import Direction, oriented_ratio
+from perfguard.stats.samples import FloatArray, Noise, Samples, noise
+
+__all__ = [
+    "Direction",
+    "FloatArray",
+    "Noise",
+    "Samples",
+    "Seed",
+    "bootstrap_ratio_ci",
+    "bootstrap_ratio_cis",
+    "hodges_lehmann_ratio",
+    "holm",
+    "mann_whitney_worse",
+    "mann_whitney_worse_many",
+    "noise",
+    "oriented_ratio",
+]
