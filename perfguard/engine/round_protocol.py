@@ -36,6 +36,7 @@ Standard library only: the worker imports this before torch and the suite.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -124,10 +125,7 @@ class WorkerSpec:
         path.write_text(json.dumps(self.to_json()), encoding="utf-8")
 
 
-_SPEC_FIELDS = frozenset(
-    ("benchmark_dir", "bench", "only", "profile", "device", "output", "suite", "exclude_suites",
-     "exclude_benchmarks")
-)  # fmt: skip
+_SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(WorkerSpec))  # every one, written every time
 
 
 # --------------------------------------------------------------------------------------------
