@@ -51,6 +51,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "engine.suite",
         "engine.shards",
         "engine.rank_group",
+        "engine.round_protocol",
     ),
     ("engine.fallbacks", "engine.round_worker", "engine.round_output", "engine.rounds"),
     ("store", "store.connection", "migrations"),

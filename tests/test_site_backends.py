@@ -24,6 +24,7 @@ from attention import backends
 from perfguard.compare import compare_suite, gates, measurements_from_rounds
 from perfguard.config import Config
 from perfguard.engine import round_output
+from perfguard.engine.round_protocol import ResultEvent
 from perfguard.engine.suite import kind_of
 from perfguard.profiles import PROFILES
 from perfguard.store import CheckItemRecord, CommitRecord, MachineRecord, Store
@@ -97,7 +98,7 @@ def _event(backend: str, status: str = "ok", factor: float = 1.0, seed: int = 0)
 
 
 def _rounds(events: list[dict]) -> list[list]:
-    return [[r for e in events for r in round_output.to_records(e, e["label"])] for _ in range(3)]
+    return [[r for e in events for r in round_output.to_records(ResultEvent.from_json(e))] for _ in range(3)]
 
 
 def test_a_check_never_gates_the_kernel_comparison(tmp_path: Path) -> None:

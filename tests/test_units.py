@@ -17,6 +17,7 @@ from perfguard.compare import compare_sides
 from perfguard.compare.model import Measurement
 from perfguard.config import Config
 from perfguard.engine.round_output import progress_text
+from perfguard.engine.round_protocol import ResultEvent
 from perfguard.units import ValueFormatter, format_amount, format_delta, format_value
 
 PACKAGE = Path(__file__).resolve().parents[1] / "perfguard"
@@ -68,8 +69,9 @@ def test_the_terminal_reason_of_a_byte_count_is_in_bytes_like_the_markdown() -> 
 
 
 def test_progress_lines_print_values_through_the_same_formatter() -> None:
-    event = {"label": "bench_attention.Forward.track_time('ring', 1024)", "status": "ok",
-             "value": 1.02e-5, "unit": "seconds"}  # fmt: skip
+    line = {"label": "bench_attention.Forward.track_time('ring', 1024)", "status": "ok",
+            "value": 1.02e-5, "unit": "seconds"}  # fmt: skip
+    event = ResultEvent.from_json(line)
     assert progress_text(event) == "Forward.track_time('ring', 1024) 10.2 µs"
 
 

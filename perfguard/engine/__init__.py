@@ -12,8 +12,9 @@ The data flows through these modules in this order (docs/design.md, "Module map"
 5. ``passes``: one measuring pass of a case (first call, memory, work, capture, timing), once per
    process; ``fallbacks``: a switch of path inside a pass fails the case.
 6. ``outcomes``: what a benchmark hands the worker beyond asv's one number.
-7. ``round_worker``: the fresh process that measures a round; ``round_output``: its JSON lines
-   read back and validated; ``rounds``: starting workers, surviving their crashes, the round.
+7. ``round_worker``: the fresh process that measures a round; ``round_protocol``: the spec it is
+   given and the event lines it writes, typed and checked; ``round_output``: its lines read back
+   as records; ``rounds``: starting workers, surviving their crashes, the round.
 
 Nothing here knows the store, the comparison or the reports: the commands (``measuring``,
 ``gate``, ...) drive the engine and keep what it returns.

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from perfguard.engine.round_protocol import ResultEvent
+
 #: Environment of every rank: NVLink multicast (NVLS) off in NCCL, symmetric memory and NVSHMEM.
 LAUNCH_ENV = {
     "NCCL_NVLS_ENABLE": "0",
@@ -139,18 +141,17 @@ def check_same(what: str, text: str) -> None:
 _RANK_OF_STATUS = {"ok": 0, "skipped": 1, "failed": 2}
 
 
-def agree(result: Mapping[str, Any], group: Group) -> dict[str, Any]:
+def agree(result: ResultEvent, group: Group) -> ResultEvent:
     """The outcome of one benchmark for the whole group (every rank calls this, rank 0 keeps it).
 
     Rank 0's result, unless another rank fared worse: a benchmark skipped on any rank is skipped,
     failed on any rank is failed, with that rank's reason.
     """
-    mine = (str(result.get("status")), str(result.get("error") or ""))
+    mine = (result.status, result.error or "")
     everyone = gather(mine)
     worst = max(range(len(everyone)), key=lambda r: (_RANK_OF_STATUS.get(everyone[r][0], 2), -r))
     status, error = everyone[worst]
-    if status == result.get("status") or worst == group.rank:
-        return dict(result)
-    agreed = {k: v for k, v in result.items() if k in ("label", "benchmark", "params", "seconds")}
-    agreed.update(status=status, error=f"rank {worst} of {group.world}: {error}")
-    return agreed
+    if status == result.status or worst == group.rank:
+        return result
+    return ResultEvent(result.label, result.benchmark, result.params, status, seconds=result.seconds,
+                       error=f"rank {worst} of {group.world}: {error}")  # fmt: skip

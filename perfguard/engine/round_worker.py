@@ -2,8 +2,9 @@
 
 ``python -m perfguard.engine.round_worker SPEC.json`` (started by :mod:`perfguard.engine.rounds`,
 never by hand).
-The spec names the suite directory, the ``--bench`` regexes, the combinations to run (a restart
-after a crash gets the rest), the benchmarks to profile for the report, and the output file.
+The spec (:class:`~perfguard.engine.round_protocol.WorkerSpec`) names the suite directory, the
+``--bench`` regexes, the combinations to run (a restart after a crash gets the rest), the benchmarks
+to profile for the report, and the output file; a spec that is not one exits 2 with what is wrong.
 
 The suite is discovered and run the way asv's own runner does it (``asv_runner``: discovery,
 ``setup`` / ``run`` / ``teardown`` per parameter combination; a ``NotImplementedError`` in setup
@@ -11,14 +12,9 @@ or ``SkipNotImplemented`` in the benchmark is *skipped*), but all in this proces
 lets the benchmarks of one case share it (:mod:`perfguard.engine.passes`): process start-up, CUDA
 initialisation and every case's first call are paid once per round instead of once per number.
 
-Output: one JSON object per line, flushed as soon as it is known, so that the parent can show
-progress and, if this process dies, knows which combination it died in::
-
-    {"event": "plan", "total": 108, "labels": [...], "items": [{"label", "benchmark", "params"}, ...]}
-    {"event": "start", "label": "bench_attention.Forward.track_time('dilated', 512, 'float32')"}
-    {"event": "result", "label": ..., "benchmark": ..., "params": {...}, "status": "ok",
-     "value": ..., "unit": ..., "samples": [...], "method": ..., "info": {...}}
-    {"event": "done", "seconds": 12.3}
+Output: one JSON line per event (``plan``, then ``start`` and ``result`` per combination, ``done``;
+:mod:`perfguard.engine.round_protocol`), flushed as soon as it is known, so that the parent can show
+progress and, if this process dies, knows which combination it died in.
 
 A benchmark that fails on CUDA ends the process after its result line (exit 3): a CUDA error can
 leave the context unusable, so the parent starts a fresh process for the rest of the round.
@@ -37,7 +33,6 @@ failure first): torchrun ends the group, and the parent measures the rest in a f
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import re
@@ -45,8 +40,21 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from perfguard.engine.round_protocol import (
+    DoneEvent,
+    Event,
+    PlanEvent,
+    PlannedItem,
+    ProtocolError,
+    ResultEvent,
+    StartEvent,
+    WorkerSpec,
+    event_line,
+)
 
 _STARTED = time.perf_counter()  # before torch and the suite are imported: the worker's start-up
 
@@ -82,37 +90,31 @@ def case_of(label: str) -> str:
     return label[label.find("(") :] if "(" in label else label
 
 
-def _combinations(benchmarks: list[Any]) -> Iterator[tuple[Any, int, str, dict[str, Any]]]:
+def _combinations(benchmarks: list[Any]) -> Iterator[tuple[Any, int, PlannedItem]]:
     for bench in benchmarks:
         values = list(itertools.product(*bench._params)) if bench._params else [()]
         reprs = list(itertools.product(*bench.params)) if bench.params else [()]
         for index, (vals, rep) in enumerate(zip(values, reprs, strict=True)):
             params = dict(zip(bench.param_names, vals, strict=True))
-            yield bench, index, label_of(bench.name, tuple(rep)), params
+            yield bench, index, PlannedItem(label_of(bench.name, tuple(rep)), bench.name, params)
 
 
-def _sort_key(item: tuple[Any, int, str, dict[str, Any]]) -> tuple:
-    bench, _, label, params = item
+def _sort_key(combination: tuple[Any, int, PlannedItem]) -> tuple:
+    bench, _, item = combination
     short = bench.name.split(".", 1)[-1]
     rank = _ORDER.index(short) if short in _ORDER else len(_ORDER)
     return (
-        str(params.get("dtype", "")),
-        str(params.get("impl", "")),
-        int(params["seq_len"]) if isinstance(params.get("seq_len"), int) else 0,
+        str(item.params.get("dtype", "")),
+        str(item.params.get("impl", "")),
+        int(item.params["seq_len"]) if isinstance(item.params.get("seq_len"), int) else 0,
         rank,
-        label,
+        item.label,
     )
 
 
-def _emit(out: Any, **fields: Any) -> None:
-    out.write(json.dumps(fields, default=_jsonable, allow_nan=True) + "\n")
+def _emit(out: IO[str], event: Event) -> None:
+    out.write(event_line(event))
     out.flush()
-
-
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()
-    return str(value)
 
 
 def _setup(bench: Any, params: tuple[Any, ...]) -> str | None:
@@ -125,115 +127,131 @@ def _setup(bench: Any, params: tuple[Any, ...]) -> str | None:
     return None
 
 
-def run(spec: dict[str, Any]) -> int:
+def run(spec: WorkerSpec) -> int:
     """Run the round described by ``spec``; returns the process exit code."""
-    from asv_runner.benchmarks.mark import SkipNotImplemented
-    from asv_runner.discovery import disc_benchmarks
-
-    from perfguard.engine import fallbacks, outcomes, rank_group
+    from perfguard.engine import rank_group
 
     started = time.perf_counter()
-    bench_dir = Path(spec["benchmark_dir"])
-    sys.path.insert(0, str(bench_dir.parent))
-    regexes = [re.compile(r) for r in spec.get("bench") or []]
-    only = set(spec["only"]) if spec.get("only") is not None else None
-    profile_regexes = [re.compile(r) for r in spec.get("profile") or []]
-    device = spec.get("device", "cpu")
-    suite = spec.get("suite")
-    excluded = set(spec.get("exclude_suites") or ())
-    left_out = set(spec.get("exclude_benchmarks") or ())  # ``Class.method`` names (suite.HISTORY_ONLY)
-    group = rank_group.join(device) if rank_group.launched() else None
+    sys.path.insert(0, str(spec.benchmark_dir.parent))
+    group = rank_group.join(spec.device) if rank_group.launched() else None
     if group is not None:  # the parent makes sure no rank outlives the group (perfguard.engine.rounds)
-        Path(spec["output"]).with_name(f"rank{group.rank}.pid").write_text(str(os.getpid()))
-    output = spec["output"] if group is None or group.writer else os.devnull
+        spec.output.with_name(f"rank{group.rank}.pid").write_text(str(os.getpid()))
+    output = spec.output if group is None or group.writer else Path(os.devnull)
     with open(output, "a", encoding="utf-8") as out:
-        benchmarks = [
-            b
-            for b in disc_benchmarks(str(bench_dir))
-            if getattr(b, "type", "") == "track"
-            and (not suite or b.name.split(".", 1)[0] == suite)
-            and b.name.split(".", 1)[0] not in excluded
-            and b.name.split(".", 1)[-1] not in left_out
-        ]
-        discovery_s = time.perf_counter() - _STARTED
-        selected = [
-            item
-            for item in _combinations(benchmarks)
-            if (not regexes or any(r.search(item[2]) for r in regexes)) and (only is None or item[2] in only)
-        ]
-        selected.sort(key=_sort_key)
+        selected, discovery_s = _plan(spec)
         if group is not None:
-            rank_group.check_same("the round's plan", "\n".join(item[2] for item in selected))
-        _emit(
-            out,
-            event="plan",
-            total=len(selected),
-            labels=[item[2] for item in selected],
-            items=[{"label": item[2], "benchmark": item[0].name, "params": item[3]} for item in selected],
-            discovery_s=discovery_s,
-            ranks=1 if group is None else group.world,
+            rank_group.check_same("the round's plan", "\n".join(item.label for _, _, item in selected))
+        plan = PlanEvent(
+            tuple(item for _, _, item in selected), discovery_s, 1 if group is None else group.world
         )
-        watch = fallbacks.FallbackWatch()
-        for bench, index, label, params in selected:
-            _emit(out, event="start", label=label)
-            t0 = time.perf_counter()
-            result: dict[str, Any] = {"label": label, "benchmark": bench.name, "params": params}
-            bench.set_param_idx(index)
-            values = tuple(params.values())
-            failed_on_cuda = False
-            case = case_of(label)
-            earlier = watch.tainted(case)
-            try:
-                if earlier is not None:
-                    raise _Tainted(fallbacks.tainted_text(earlier))
-                with watch.watch(case) as caught:
-                    reason = _setup(bench, values)
-                    if reason is not None:
-                        result.update(status="skipped", error=reason)
-                    else:
-                        try:
-                            value = bench.run(*values)
-                            outcome = outcomes.take(bench.name, params)
-                            result.update(_result_fields(value, outcome, bench))
-                            if any(r.search(label) for r in profile_regexes):
-                                name = "forward_backward" if "ForwardBackward" in bench.name else "forward"
-                                measured = _current_measured(group is not None)
-                                if measured is not None and measured.case is not None:
-                                    breakdown = measured.pass_(name).breakdown()
-                                    result.setdefault("info", {})["underneath"] = breakdown
-                        except SkipNotImplemented as exc:
-                            result.update(status="skipped", error=str(exc) or "skipped")
-                        finally:
-                            for teardown in bench._teardowns:
-                                teardown(*values)
-                if caught.messages:
-                    result = {"label": label, "benchmark": bench.name, "params": params, "status": "failed",
-                              "error": fallbacks.failure_text(caught.messages)}  # fmt: skip
-                    failed_on_cuda = device == "cuda"  # the process runs another path from now on
-            except _Tainted as exc:
-                result.update(status="failed", error=str(exc))
-            except Exception:
-                result.update(status="failed", error=traceback.format_exc()[-4000:])
-                failed_on_cuda = device == "cuda"
-            result["seconds"] = time.perf_counter() - t0
-            if group is not None and result["status"] == "failed":
-                return _abandon(out, result, group)
-            if group is not None:
-                result = rank_group.agree(result, group)
-                failed_on_cuda = failed_on_cuda or (device == "cuda" and result["status"] == "failed")
-            _emit(out, event="result", **result)
-            if failed_on_cuda:
-                _release(group is not None)
-                return EXIT_RESTART
-        _release(group is not None)
-        _emit(out, event="done", seconds=time.perf_counter() - started)
+        _emit(out, plan)
+        code = _measure(spec, selected, out, group)
+        if code is not None:
+            return code
+        _emit(out, DoneEvent(time.perf_counter() - started))
     if group is not None:
         rank_group.leave()
     return 0
 
 
+def _plan(spec: WorkerSpec) -> tuple[list[tuple[Any, int, PlannedItem]], float]:
+    """The suite's combinations this round measures, in the order that lets a case's benchmarks
+    share it; and the seconds from the process's start to the end of the suite's discovery."""
+    from asv_runner.discovery import disc_benchmarks
+
+    regexes = [re.compile(r) for r in spec.bench]
+    excluded = set(spec.exclude_suites)
+    left_out = set(spec.exclude_benchmarks)  # ``Class.method`` names (suite.HISTORY_ONLY)
+    benchmarks = [
+        b
+        for b in disc_benchmarks(str(spec.benchmark_dir))
+        if getattr(b, "type", "") == "track"
+        and (not spec.suite or b.name.split(".", 1)[0] == spec.suite)
+        and b.name.split(".", 1)[0] not in excluded
+        and b.name.split(".", 1)[-1] not in left_out
+    ]
+    discovery_s = time.perf_counter() - _STARTED
+    only = None if spec.only is None else set(spec.only)
+    selected = [
+        combination
+        for combination in _combinations(benchmarks)
+        if (not regexes or any(r.search(combination[2].label) for r in regexes))
+        and (only is None or combination[2].label in only)
+    ]
+    selected.sort(key=_sort_key)
+    return selected, discovery_s
+
+
+def _measure(
+    spec: WorkerSpec, selected: list[tuple[Any, int, PlannedItem]], out: IO[str], group: Any
+) -> int | None:
+    """Measure every combination, one ``start`` and one ``result`` line each; an exit code when the
+    process must end early (a failure on CUDA, a rank's failure), None when all were measured."""
+    from asv_runner.benchmarks.mark import SkipNotImplemented
+
+    from perfguard.engine import fallbacks, outcomes, rank_group
+
+    profile_regexes = [re.compile(r) for r in spec.profile]
+    on_cuda = spec.device == "cuda"
+    watch = fallbacks.FallbackWatch()
+    for bench, index, item in selected:
+        _emit(out, StartEvent(item.label))
+        t0 = time.perf_counter()
+        bench.set_param_idx(index)
+        values = tuple(item.params.values())
+        failed_on_cuda = False
+        case = case_of(item.label)
+        earlier = watch.tainted(case)
+        try:
+            if earlier is not None:
+                raise _Tainted(fallbacks.tainted_text(earlier))
+            with watch.watch(case) as caught:
+                reason = _setup(bench, values)
+                if reason is not None:
+                    result = item.skipped(reason)
+                else:
+                    try:
+                        value = bench.run(*values)
+                        result = _result(item, value, outcomes.take(bench.name, item.params), bench)
+                        if any(r.search(item.label) for r in profile_regexes):
+                            result = replace(result, underneath=_breakdown(bench.name, group is not None))
+                    except SkipNotImplemented as exc:
+                        result = item.skipped(str(exc) or "skipped")
+                    finally:
+                        for teardown in bench._teardowns:
+                            teardown(*values)
+            if caught.messages:
+                result = item.failed(fallbacks.failure_text(caught.messages))
+                failed_on_cuda = on_cuda  # the process runs another path from now on
+        except _Tainted as exc:
+            result = item.failed(str(exc))
+        except Exception:
+            result = item.failed(traceback.format_exc()[-4000:])
+            failed_on_cuda = on_cuda
+        result = replace(result, seconds=time.perf_counter() - t0)
+        if group is not None and result.status == "failed":
+            return _abandon(out, result, group)
+        if group is not None:
+            result = rank_group.agree(result, group)
+            failed_on_cuda = failed_on_cuda or (on_cuda and result.status == "failed")
+        _emit(out, result)
+        if failed_on_cuda:
+            _release(group is not None)
+            return EXIT_RESTART
+    _release(group is not None)
+    return None
+
+
 class _Tainted(Exception):
     """A benchmark of a case whose path switched in an earlier one (:mod:`perfguard.engine.fallbacks`)."""
+
+
+def _breakdown(benchmark: str, distributed: bool) -> dict[str, Any] | None:
+    """The profiler breakdown of the pass ``benchmark`` measures (the report's "what changed underneath")."""
+    measured = _current_measured(distributed)
+    if measured is None or measured.case is None:
+        return None
+    return measured.pass_("forward_backward" if "ForwardBackward" in benchmark else "forward").breakdown()
 
 
 def _current_measured(distributed: bool) -> Any:
@@ -257,40 +275,40 @@ def _release(distributed: bool) -> None:
         shards.release()
 
 
-def _abandon(out: Any, result: dict[str, Any], group: Any) -> int:
+def _abandon(out: IO[str], result: ResultEvent, group: Any) -> int:
     """A rank whose benchmark raised: say so and leave the group at once (see the module docstring).
 
     The other ranks may be waiting for this one inside an exchange; agreeing on the outcome could
     wait for them forever.  Rank 0 writes the failure (the parent keeps it); every rank prints it,
     so the round's log names the rank that failed.
     """
-    error = str(result.get("error") or "")
-    result["error"] = f"rank {group.rank} of {group.world}: {error}"
+    error = result.error or ""
     if group.writer:
-        _emit(out, event="result", **result)
-    print(f"perfguard round worker, rank {group.rank} of {group.world}, failed {result['label']}:\n{error}",
+        _emit(out, replace(result, error=f"rank {group.rank} of {group.world}: {error}"))
+    print(f"perfguard round worker, rank {group.rank} of {group.world}, failed {result.label}:\n{error}",
           file=sys.stderr, flush=True)  # fmt: skip
     out.flush()
     os._exit(EXIT_RESTART)
 
 
-def _result_fields(value: Any, outcome: Any, bench: Any) -> dict[str, Any]:
+def _result(item: PlannedItem, value: Any, outcome: Any, bench: Any) -> ResultEvent:
+    """What the benchmark handed back, as it is: the parent checks every value (the code under test
+    runs in this process and can hand back anything; it must fail its benchmark, not perfguard)."""
     if isinstance(value, float) and math.isnan(value):
-        return {"status": "skipped", "error": "the benchmark returned NaN (asv: skipped)"}
-    fields: dict[str, Any] = {"status": "ok", "value": value, "unit": getattr(bench, "unit", None)}
-    if outcome is not None:
-        # Passed on as they are: the parent validates every value (the code under test runs in
-        # this process and can hand back anything; it must fail its benchmark, not perfguard).
-        samples = outcome.samples
-        fields.update(
-            unit=outcome.unit,
-            samples=list(samples) if isinstance(samples, (list, tuple)) else samples,
-            method=outcome.method,
-            info=outcome.info,
-        )
-        if outcome.value != value:
-            fields["value_mismatch"] = [value, outcome.value]
-    return fields
+        return item.skipped("the benchmark returned NaN (asv: skipped)")
+    result = ResultEvent(item.label, item.benchmark, item.params, "ok", value=value,
+                         unit=getattr(bench, "unit", None))  # fmt: skip
+    if outcome is None:
+        return result
+    samples = outcome.samples
+    return replace(
+        result,
+        unit=outcome.unit,
+        samples=tuple(samples) if isinstance(samples, (list, tuple)) else samples,
+        method=outcome.method,
+        info=outcome.info,
+        value_mismatch=None if outcome.value == value else (value, outcome.value),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,7 +318,11 @@ def main(argv: list[str] | None = None) -> int:
             "usage: python -m perfguard.engine.round_worker SPEC.json (started by perfguard)", file=sys.stderr
         )
         return 2
-    spec = json.loads(Path(args[0]).read_text(encoding="utf-8"))
+    try:
+        spec = WorkerSpec.read(Path(args[0]))
+    except ProtocolError as exc:
+        print(f"perfguard round worker: not a round spec: {exc}", file=sys.stderr)
+        return 2
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     return run(spec)
 

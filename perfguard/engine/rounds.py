@@ -36,7 +36,6 @@ be killed (timeout, interrupt) leaves no rank behind.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -45,12 +44,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from perfguard.engine import round_output
+from perfguard.engine.round_protocol import DoneEvent, Event, PlanEvent, ResultEvent, StartEvent, WorkerSpec
 from perfguard.engine.round_worker import case_of
 from perfguard.engine.suite import load_benchmark_dir
 from perfguard.errors import BenchmarkError
@@ -199,7 +199,6 @@ class RoundRunner:
         }
         started = datetime.now(timezone.utc)
         clock = time.monotonic()
-        events: list[dict[str, Any]] = []
         logs: list[str] = []
         # faulthandler: a benchmark that crashes the process leaves its Python stack in the log
         worker = ["perfguard.engine.round_worker", str(shim / "spec.json")]
@@ -210,41 +209,38 @@ class RoundRunner:
             command = launch_command(worker, self.ranks)
         else:
             command = [sys.executable, "-X", "faulthandler", "-m", *worker]
-        plan: list[str] | None = None
-        planned: dict[str, dict[str, Any]] = {}
-        finished: dict[str, dict[str, Any]] = {}
+        plan: PlanEvent | None = None
+        finished: dict[str, ResultEvent] = {}
+        discovery_s = 0.0
         processes = 0
         code = 0
-        remaining: list[str] | None = None
+        remaining: tuple[str, ...] | None = None
         while True:
             processes += 1
-            spec = {
-                "benchmark_dir": str(shim / self.benchmark_dir.name),
-                "bench": list(bench),
-                "only": remaining,
-                "profile": list(profile),
-                "device": self.device,
-                "output": str(output),
+            WorkerSpec(
+                benchmark_dir=shim / self.benchmark_dir.name,
+                output=output,
+                device=self.device,
+                bench=tuple(bench),
+                only=remaining,
+                profile=tuple(profile),
                 # a distributed profile runs its suite only; any other profile every suite but that one
-                "suite": self.profile.suite if self.profile.distributed else None,
-                "exclude_suites": [] if self.profile.distributed else [DISTRIBUTED_SUITE],
-                "exclude_benchmarks": list(exclude),
-            }
-            (shim / "spec.json").write_text(json.dumps(spec))
+                suite=self.profile.suite if self.profile.distributed else None,
+                exclude_suites=() if self.profile.distributed else (DISTRIBUTED_SUITE,),
+                exclude_benchmarks=tuple(exclude),
+            ).write(shim / "spec.json")
             offset = output.stat().st_size if output.exists() else 0
             code, log = self._execute(command, env, shim, output, offset, len(finished), label, plan)
             logs.append(log)
             new = round_output.read_events(output, offset)
-            events += new
             for event in new:
-                if event.get("event") == "plan" and plan is None:
-                    plan = [str(x) for x in event.get("labels") or []]
-                    for item in event.get("items") or []:
-                        if isinstance(item, dict) and isinstance(item.get("label"), str):
-                            planned[item["label"]] = item
-                elif event.get("event") == "result" and isinstance(event.get("label"), str):
-                    finished[event["label"]] = event
-            if any(e.get("event") == "done" for e in new):
+                if isinstance(event, PlanEvent):
+                    discovery_s += event.discovery_s
+                    if plan is None:  # the round's; a fresh process after a crash plans only the rest
+                        plan = event
+                elif isinstance(event, ResultEvent):
+                    finished[event.label] = event
+            if any(isinstance(e, DoneEvent) for e in new):
                 break
             if plan is None:
                 raise BenchmarkError(
@@ -254,27 +250,27 @@ class RoundRunner:
                 )
             in_flight = _in_flight(new, finished) or _failed_last(new)
             if in_flight is None:  # it died between benchmarks: nothing to blame, but it must not loop
-                in_flight = next((x for x in plan if x not in finished), None)
+                in_flight = next((x for x in plan.labels if x not in finished), None)
                 if in_flight is None:
                     break
             how = _describe_exit(code) if not self.profile.distributed else _describe_group_exit(code, log)
-            if (
-                self.profile.distributed and in_flight in finished
-            ):  # rank 0 failed it: say how the group ended
-                finished[in_flight]["error"] = (
-                    f"{finished[in_flight].get('error') or ''}\nthe group ended ({how})"
-                )
+            if self.profile.distributed and in_flight in finished:  # rank 0 failed it: how the group ended
+                failed = finished[in_flight]
+                finished[in_flight] = replace(failed, error=f"{failed.error or ''}\nthe group ended ({how})")
             # The case it died in would kill the next process too: its other benchmarks fail with it.
-            for x in plan:
-                if x not in finished and case_of(x) == case_of(in_flight):
-                    why = "while measuring this" if x == in_flight else f"while measuring {in_flight}"
-                    finished[x] = {**planned.get(x, {}), "label": x, "status": "failed", "error": (
+            for item in plan.items:
+                if item.label not in finished and case_of(item.label) == case_of(in_flight):
+                    why = (
+                        "while measuring this" if item.label == in_flight else f"while measuring {in_flight}"
+                    )
+                    finished[item.label] = item.failed(
                         f"the benchmark process died {why} ({how}); the rest of the round ran in a "
-                        f"fresh process{_tail(log, 12)}")}  # fmt: skip
-            remaining = [x for x in plan if x not in finished]
+                        f"fresh process{_tail(log, 12)}"
+                    )
+            remaining = tuple(x for x in plan.labels if x not in finished)
             if not remaining:
                 break
-        if plan == []:
+        if plan is not None and not plan.items:
             from perfguard.errors import UsageError
 
             raise UsageError(
@@ -284,15 +280,13 @@ class RoundRunner:
                 "\"Forward\\.track_time\\('improved', 4096\" (benchmarks: Forward.track_time, "
                 "ForwardBackward.track_time, PeakMemory.track_*, Work.track_*; the profile's lengths)",
             )
-        results = self._records(plan or [], finished)
+        results = self._records(plan.labels if plan is not None else [], finished)
         wall = time.monotonic() - clock
-        measured = [e for e in finished.values() if isinstance(e.get("seconds"), (int, float))]
-        discovery = [e.get("discovery_s") for e in events if e.get("event") == "plan"]
         cost = {
             "round_s": round(wall, 3),
             "processes": processes,
-            "discovery_s": round(sum(d for d in discovery if isinstance(d, (int, float))), 3),
-            "benchmarks_s": round(sum(float(e["seconds"]) for e in measured), 3),
+            "discovery_s": round(discovery_s, 3),
+            "benchmarks_s": round(sum(e.seconds for e in finished.values() if e.seconds is not None), 3),
             "steps_s": round_output.step_totals(results),
         }
         return Round(
@@ -317,7 +311,7 @@ class RoundRunner:
         offset: int,
         done_before: int,
         label: str,
-        plan: list[str] | None,
+        plan: PlanEvent | None,
     ) -> tuple[int, str]:
         """Run one worker process, reporting progress from its output; (exit code, stderr+stdout)."""
         log_path = cwd / f"worker-{offset}.log"
@@ -347,13 +341,13 @@ class RoundRunner:
         offset: int,
         done_before: int,
         label: str,
-        plan: list[str] | None,
+        plan: PlanEvent | None,
         log_path: Path,
     ) -> tuple[int, str]:
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         seen = offset
         done = done_before
-        total = len(plan) if plan is not None else None
+        total = len(plan.items) if plan is not None else None
         try:
             while proc.poll() is None:
                 time.sleep(0.2)
@@ -378,20 +372,20 @@ class RoundRunner:
             return seen, done, total
         events, size = round_output.read_events_at(output, seen)
         for event in events:
-            if event.get("event") == "plan" and total is None:
-                total = event.get("total") if isinstance(event.get("total"), int) else None
-            elif event.get("event") == "result":
+            if isinstance(event, PlanEvent) and total is None:
+                total = len(event.items)
+            elif isinstance(event, ResultEvent):
                 done += 1
                 self.on_progress(Progress(done, total, f"{label}{round_output.progress_text(event)}"))
         return size, done, total
 
-    def _records(self, plan: list[str], finished: Mapping[str, dict[str, Any]]) -> list[ResultRecord]:
+    def _records(self, plan: Sequence[str], finished: Mapping[str, ResultEvent]) -> list[ResultRecord]:
         records: list[ResultRecord] = []
         for label in plan:
             event = finished.get(label)
             if event is None:
                 continue
-            records.extend(round_output.to_records(event, label))
+            records.extend(round_output.to_records(event))
         for record in records:  # asv's parameter order, for --bench regexes of re-measurements
             record.info.setdefault("param_names", list(record.params))
         return records
@@ -402,21 +396,17 @@ class RoundRunner:
 # --------------------------------------------------------------------------------------------
 
 
-def _in_flight(events: Iterable[dict[str, Any]], finished: Mapping[str, Any]) -> str | None:
-    started = [e.get("label") for e in events if e.get("event") == "start"]
-    for label in reversed(started):
-        if isinstance(label, str) and label not in finished:
-            return label
-    return None
+def _in_flight(events: Iterable[Event], finished: Mapping[str, ResultEvent]) -> str | None:
+    """The combination the worker started last and never finished: the one it died in."""
+    started = [e.label for e in events if isinstance(e, StartEvent)]
+    return next((label for label in reversed(started) if label not in finished), None)
 
 
-def _failed_last(events: Sequence[dict[str, Any]]) -> str | None:
+def _failed_last(events: Iterable[Event]) -> str | None:
     """The combination whose failure ended the process (a worker exits after a failure on CUDA, and a
     rank after any failure): its case's other benchmarks fail with it, the rest run in a fresh one."""
-    results = [e for e in events if e.get("event") == "result"]
-    if results and results[-1].get("status") == "failed" and isinstance(results[-1].get("label"), str):
-        return str(results[-1]["label"])
-    return None
+    results = [e for e in events if isinstance(e, ResultEvent)]
+    return results[-1].label if results and results[-1].status == "failed" else None
 
 
 #: How long torchrun gets to end its ranks after SIGTERM before it is killed.
