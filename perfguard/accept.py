@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from perfguard.errors import UsageError
 from perfguard.metrics import NAMES, REPORTED_METRICS
 from perfguard.store.acceptances import AcceptanceRecord, AcceptanceTerms, short_benchmark
+from perfguard.store.check_summary import AcceptanceSummary, AppliedAcceptance, IgnoredAcceptance
 
 if TYPE_CHECKING:
     from perfguard.compare import Item, SuiteComparison
@@ -112,23 +113,11 @@ class Acceptance(AcceptanceRecord):
 
 
 @dataclass(frozen=True)
-class Ignored:
-    """An acceptance that does not count, and why (untrusted, unreadable)."""
-
-    sha: str
-    text: str
-    why: str
-
-    def as_json(self) -> dict[str, str]:
-        return {"sha": self.sha, "text": self.text, "why": self.why}
-
-
-@dataclass(frozen=True)
 class Found:
     """The acceptances that apply to a commit range: the trusted ones, and the rest with why."""
 
     trusted: tuple[Acceptance, ...] = ()
-    ignored: tuple[Ignored, ...] = ()
+    ignored: tuple[IgnoredAcceptance, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -298,27 +287,27 @@ class Approval:
 
 def trailer_acceptances(
     messages: Iterable[CommitMessage], *, approval: Approval | None
-) -> tuple[list[Acceptance], list[Ignored]]:
+) -> tuple[list[Acceptance], list[IgnoredAcceptance]]:
     """The trailers of these commits: trusted where ``approval`` covers their commit, else ignored."""
     found: list[Acceptance] = []
-    ignored: list[Ignored] = []
+    ignored: list[IgnoredAcceptance] = []
     for commit in messages:
         for value in trailer_values(commit.message):
             where = f"{TRAILER} trailer in {commit.sha[:10]}"
             try:
                 spec = parse_line(value, where=where)
             except AcceptError as exc:
-                ignored.append(Ignored(commit.sha, value, exc.format_message().replace("\n", " ")))
+                ignored.append(IgnoredAcceptance(commit.sha, value, exc.format_message().replace("\n", " ")))
                 continue
             if approval is None:
-                ignored.append(Ignored(commit.sha, value, _UNAPPROVED))
+                ignored.append(IgnoredAcceptance(commit.sha, value, _UNAPPROVED))
                 continue
             if commit.sha not in approval.commits:
                 why = (
                     f"{approval.by}'s approval covers the commits of the pull request they approved, "
                     "not this one (approve the pull request that brought it in)"
                 )
-                ignored.append(Ignored(commit.sha, value, why))
+                ignored.append(IgnoredAcceptance(commit.sha, value, why))
                 continue
             record = spec.record(
                 source="trailer", author=commit.author, trusted=True, approved_by=approval.by
@@ -346,14 +335,14 @@ def find_acceptances(
     """
     head_commit = head.split("+dirty.", 1)[0]
     trusted: list[Acceptance] = []
-    ignored: list[Ignored] = []
+    ignored: list[IgnoredAcceptance] = []
     if store is not None:
         for stored in store.acceptances(range_shas(root, base, head_commit)):
             acceptance = Acceptance.of(stored, stored.sha, stored.id)
             if stored.trusted:
                 trusted.append(acceptance)
             else:
-                ignored.append(Ignored(stored.sha, acceptance.describe(), "stored as untrusted"))
+                ignored.append(IgnoredAcceptance(stored.sha, acceptance.describe(), "stored as untrusted"))
     from_trailers, unapproved = trailer_acceptances(
         commit_messages(root, base, head_commit), approval=approval
     )
@@ -400,7 +389,7 @@ class Applied:
     result: SuiteComparison
     decisions: tuple[Decision, ...] = ()
     acceptances: tuple[Acceptance, ...] = ()
-    ignored: tuple[Ignored, ...] = ()
+    ignored: tuple[IgnoredAcceptance, ...] = ()
 
     @property
     def accepted(self) -> tuple[Decision, ...]:
@@ -414,20 +403,16 @@ class Applied:
     def exit_code(self) -> int:
         return self.result.exit_code
 
-    def summary(self) -> dict[str, Any]:
-        """JSON for the stored check (``summary["acceptances"]``): each acceptance with the items it
+    def summary(self) -> AcceptanceSummary:
+        """What the stored check keeps (``summary.acceptances``): each acceptance with the items it
         accepted and the ones it could not (over its ceiling), and every ignored one with why."""
-        rows = []
+        applied = []
         for acceptance in self.acceptances:
             mine = [d for d in self.decisions if d.acceptance is acceptance]
-            rows.append(
-                {
-                    **acceptance.as_json(),
-                    "accepted": [_label(d.key) for d in mine if d.accepted],
-                    "over_ceiling": [_label(d.key) for d in mine if not d.accepted],
-                }
-            )
-        return {"applied": rows, "ignored": [i.as_json() for i in self.ignored]}
+            accepted = tuple(_label(d.key) for d in mine if d.accepted)
+            over = tuple(_label(d.key) for d in mine if not d.accepted)
+            applied.append(AppliedAcceptance(**acceptance.as_json(), accepted=accepted, over_ceiling=over))
+        return AcceptanceSummary(tuple(applied), self.ignored)
 
     def lines(self) -> list[str]:
         """What to say in the log: one line per acceptance that matched something, per ignored one."""
@@ -486,7 +471,7 @@ def _follow_accepted_sources(items: list[Item]) -> list[Item]:
 
 
 def apply_acceptances(
-    result: SuiteComparison, found: Found | Sequence[Acceptance], *, ignored: Sequence[Ignored] = ()
+    result: SuiteComparison, found: Found | Sequence[Acceptance], *, ignored: Sequence[IgnoredAcceptance] = ()
 ) -> Applied:
     """Turn the regressions within a trusted acceptance's scope and ceiling into ``accepted``.
 
@@ -507,7 +492,7 @@ def apply_acceptances(
         if acceptance.trusted:
             usable.append(acceptance)
         else:
-            ignored_all.append(Ignored(acceptance.sha, acceptance.describe(), "not trusted"))
+            ignored_all.append(IgnoredAcceptance(acceptance.sha, acceptance.describe(), "not trusted"))
     decisions: list[Decision] = []
     items = []
     for item in result.items:

@@ -187,11 +187,13 @@ class Bench:
     def settings(self, round_: Round) -> dict[str, Any]:
         """What a run was measured under: suite version, selection, pinned timer settings."""
         from perfguard.profiles import SUITE_VERSION
+        from perfguard.store.result_info import ResultInfo
 
         pinned: dict[str, Any] = {}
         for result in round_.results:
-            if isinstance(result.info.get("settings"), dict):
-                pinned = dict(result.info["settings"])
+            settings = ResultInfo.from_json(result.info).settings
+            if settings is not None:
+                pinned = dict(settings)
                 break
         return {
             "suite_version": SUITE_VERSION,

@@ -19,6 +19,7 @@ from typing import Any
 
 from perfguard.engine.suite import EFFICIENCY, THROUGHPUT, kind_of
 from perfguard.store.records import RecordError, ResultRecord
+from perfguard.store.result_info import ResultInfo
 from perfguard.units import format_value
 
 _MAX_INFO_BYTES = 256 * 1024
@@ -57,8 +58,8 @@ def step_totals(results: Iterable[ResultRecord]) -> dict[str, float]:
     """
     per_pass: dict[tuple[str, str], dict[str, float]] = {}
     for r in results:
-        steps = r.info.get("steps_s") if isinstance(r.info, Mapping) else None
-        if not isinstance(steps, Mapping):
+        steps = ResultInfo.from_json(r.info).steps_s
+        if steps is None:
             continue
         key = (
             r.params_key,
@@ -66,8 +67,7 @@ def step_totals(results: Iterable[ResultRecord]) -> dict[str, float]:
         )
         seen = per_pass.setdefault(key, {})
         for step, value in steps.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                seen[step] = max(seen.get(step, 0.0), float(value))
+            seen[step] = max(seen.get(step, 0.0), value)
     totals: dict[str, float] = {}
     for steps in per_pass.values():
         for step, value in steps.items():

@@ -49,6 +49,7 @@ from perfguard.report.stories import (
 )
 from perfguard.report.templating import environment, inline_csp, static_text
 from perfguard.store import Store, StoredCheck
+from perfguard.store.check_summary import CheckSummary
 
 #: How many code-path changes the "Also" line names (the JSON report has them all).
 PATHS_SHOWN = 3
@@ -82,6 +83,7 @@ class CheckReport:
     """Everything any rendering of one check shows."""
 
     check: StoredCheck
+    summary: CheckSummary  # check.summary, read through the one typed reader
     head: CommitView
     base: CommitView
     items: list[ItemView]  # display order: each primary item followed by its derived rows
@@ -246,28 +248,21 @@ class CheckReport:
     def path_phrases(self) -> list[str]:
         """The timings whose code path differs between the sides (or between a side's own rounds).
 
-        ``summary["paths"]`` (:mod:`perfguard.compare.paths`); said whatever the verdict, because
+        ``summary.paths`` (:mod:`perfguard.compare.paths`); said whatever the verdict, because
         a changed path means the two numbers are of different code (issue 26).
         """
-        raw = self.check.summary.get("paths") if isinstance(self.check.summary, Mapping) else None
-        entries = [e for e in raw if isinstance(e, Mapping)] if isinstance(raw, list) else []
+        entries = self.summary.paths
         out = []
         for e in entries[:PATHS_SHOWN]:
-            where = (
-                f"{e.get('impl')} {formatting.metric_label(str(e.get('benchmark')))} ({e.get('params_key')})"
-            )
-            varies = [str(v) for v in e.get("varies") or []]
-            if varies:
-                out.append(f"{where}: the {' and '.join(varies)} rounds ran different code paths")
+            where = f"{e.impl} {formatting.metric_label(e.benchmark)} ({e.params_key})"
+            if e.varies:
+                out.append(f"{where}: the {' and '.join(e.varies)} rounds ran different code paths")
                 continue
-            removed = ", ".join(str(n) for n in e.get("removed") or [])
-            added = ", ".join(str(n) for n in e.get("added") or [])
+            removed, added = ", ".join(e.removed), ", ".join(e.added)
             if removed or added:
-                out.append(
-                    f"{where} runs another code path ({e.get('kind')}): {removed or '–'} → {added or '–'}"
-                )
+                out.append(f"{where} runs another code path ({e.kind}): {removed or '–'} → {added or '–'}")
             else:
-                out.append(f"{where} runs its {e.get('kind')} a different number of times")
+                out.append(f"{where} runs its {e.kind} a different number of times")
         if len(entries) > PATHS_SHOWN:
             out.append(f"{len(entries) - PATHS_SHOWN} more code-path changes (JSON report)")
         return out
@@ -328,8 +323,10 @@ def build_report(
         x for i in items for x in (i.item.ratio, i.item.ci_low, i.item.ci_high) if x is not None and x > 0
     ]
     head, base = CommitView.of(check.head), CommitView.of(check.base)
+    summary = CheckSummary.from_json(check.summary)
     report = CheckReport(
         check=check,
+        summary=summary,
         head=head,
         base=base,
         items=items,
@@ -338,13 +335,13 @@ def build_report(
         environment=check_environment(check.environment, base_run, head_run),
         repro=repro_commands(check, items),
         axis=ratio_axis(ratios, check.threshold),
-        underneath=parse_underneath(check.summary),
-        noise=noise_story(check, items, head.sha == base.sha),
-        retry=retry_story(check, items),
+        underneath=parse_underneath(summary),
+        noise=noise_story(check, summary, items, head.sha == base.sha),
+        retry=retry_story(check, summary, items),
         site_url=site_url,
         report_url=report_url,
     )
-    report.acceptances = parse_acceptances(check.summary, items)
+    report.acceptances = parse_acceptances(summary, items)
     return report
 
 
