@@ -1,14 +1,16 @@
-"""The report of one ``perfguard check``: Markdown for the PR, a single-file HTML page, JSON.
+"""The report of one ``perfguard check``: :class:`CheckReport`, what every rendering of it shows.
 
-All three are views of one :class:`CheckReport`, built from a ``StoredCheck``, so the PR
-comment, the HTML artifact and the JSON never disagree.  Reading order (issue 14: "readable
-top-down in ten seconds"): the verdict, counted over the *gated* items only (the ones that can
-fail the check) and saying so; the few items that decide it, by implementation and parameter set,
-with what changed underneath (aten ops / CUDA kernels) when the check recorded it; one line with
-everything else; why anything is ``unstable`` (this check's measured noise and what would decide
-it) and what the re-measurement did; then the full table, the environment and the command that
-reproduces the check.  Roles (gated / reported / derived) are explained in
-:mod:`perfguard.report.items`, the explanations in :mod:`perfguard.report.stories`.
+Markdown for the PR and a single-file HTML page (:mod:`perfguard.report.check_render`) and JSON
+(:mod:`perfguard.report.check_json`) are all views of one :class:`CheckReport`, built from a
+``StoredCheck``, so the PR comment, the HTML artifact and the JSON never disagree.  Reading order
+(issue 14: "readable top-down in ten seconds"): the verdict, counted over the *gated* items only
+(the ones that can fail the check) and saying so; the few items that decide it, by implementation
+and parameter set, with what changed underneath (aten ops / CUDA kernels) when the check recorded
+it; one line with everything else; why anything is ``unstable`` (this check's measured noise and
+what would decide it) and what the re-measurement did; then the full table, the environment and
+the command that reproduces the check.  Roles (gated / reported / derived) are explained in
+:mod:`perfguard.report.items`, the explanations in :mod:`perfguard.report.stories`; the check's
+stored summary is read through :class:`perfguard.store.check_summary.CheckSummary`.
 """
 
 from __future__ import annotations
@@ -47,35 +49,13 @@ from perfguard.report.stories import (
     noise_story,
     retry_story,
 )
-from perfguard.report.templating import environment, inline_csp, static_text
 from perfguard.store import Store, StoredCheck
 from perfguard.store.check_summary import CheckSummary
 
 #: How many code-path changes the "Also" line names (the JSON report has them all).
 PATHS_SHOWN = 3
 
-__all__ = [
-    "FAILING",
-    "GITHUB_COMMENT_LIMIT",
-    "JSON_SCHEMA",
-    "MARKER",
-    "QUIET",
-    "VERDICT_ORDER",
-    "CheckReport",
-    "build_report",
-    "check_to_json",
-    "render_html",
-    "render_markdown",
-]
-
-#: The first line of every Markdown report: a workflow finds its PR comment by it and edits it.
-MARKER = "<!-- perfguard-report -->"
-#: GitHub rejects issue and PR comments longer than this (characters).
-GITHUB_COMMENT_LIMIT = 65_536
-#: Default budget for the Markdown: under the limit, with room for a workflow to append a line.
-MARKDOWN_BUDGET = 65_000
-
-JSON_SCHEMA = "perfguard-check-report/1"
+__all__ = ["FAILING", "QUIET", "VERDICT_ORDER", "CheckReport", "build_report", "report_of"]
 
 
 @dataclass
@@ -369,156 +349,6 @@ def repro_commands(check: StoredCheck, items: list[ItemView]) -> list[str]:
     return lines
 
 
-def _report(check: Any, **options: Any) -> CheckReport:
+def report_of(check: StoredCheck | CheckReport, **options: Any) -> CheckReport:
+    """``check``'s report (built with ``options``, :func:`build_report`), or ``check`` if it is one."""
     return check if isinstance(check, CheckReport) else build_report(check, **options)
-
-
-def render_markdown(
-    check: StoredCheck,
-    *,
-    max_chars: int = MARKDOWN_BUDGET,
-    marker: str = MARKER,
-    site_url: str | None = None,
-    report_url: str | None = None,
-    store: Store | None = None,
-) -> str:
-    """GitHub-flavoured Markdown for the job summary and the sticky PR comment.
-
-    Starts with ``marker`` (a hidden HTML comment) so a workflow can find and update its comment.
-    The visible part is the verdict, the items that decide it and one line for the rest; the
-    results (one row per implementation and parameters), the environment and the repro lines are
-    collapsed.  When the text would exceed ``max_chars`` (counted in UTF-16 units, as GitHub does;
-    the default stays under GitHub's 65,536 limit), rows are dropped from the end (quiet ones
-    first, since rows with news sort first) and a note says how many and where the full report is.
-    """
-    if not (marker.startswith("<!--") and marker.endswith("-->") and "-->" not in marker[4:-3]):
-        raise ValueError(f"marker must be one HTML comment, got {marker!r}")
-    report = _report(check, site_url=site_url, report_url=report_url, store=store)
-    template = environment().get_template("check/report.md")
-    grid = report.grid
-
-    def render(limit: int | None) -> str:
-        return template.render(r=report, grid=grid, marker=marker, limit=limit)
-
-    text = render(None)
-    if _utf16_len(text) <= max_chars:
-        return text
-    lo, hi = 0, len(grid.rows)  # largest limit that fits, by bisection
-    if _utf16_len(render(0)) > max_chars:
-        return _hard_cut(render(0), max_chars)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if _utf16_len(render(mid)) <= max_chars:
-            lo = mid
-        else:
-            hi = mid - 1
-    return render(lo)
-
-
-def _utf16_len(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
-
-
-def _hard_cut(text: str, max_chars: int) -> str:
-    """Last resort (a giant environment): cut, and say so."""
-    note = "\n\n… report cut to fit GitHub's comment limit; see the HTML or JSON report.\n"
-    budget = max_chars - _utf16_len(note)
-    cut = text[:budget]
-    while _utf16_len(cut) > budget:
-        cut = cut[:-100]
-    return cut + note
-
-
-def render_html(check: StoredCheck, *, site_url: str | None = None, store: Store | None = None) -> str:
-    """A single self-contained HTML page (inline CSS and JS, nothing fetched)."""
-    report = _report(check, site_url=site_url, store=store)
-    css, js = static_text("perfguard.css"), static_text("perfguard.js")
-    return (
-        environment()
-        .get_template("check/report.html")
-        .render(
-            r=report,
-            css=css,
-            js=js,
-            csp=inline_csp(css, js),
-            inline_assets=True,
-            root="",
-            page="check",
-        )
-    )
-
-
-def check_to_json(check: StoredCheck, *, store: Store | None = None) -> dict[str, Any]:
-    """The report's data as plain JSON types; the schema is documented in ``docs/reports.md``."""
-    report = _report(check, store=store)
-    c = report.check
-
-    def commit(view: CommitView) -> dict[str, Any]:
-        return {
-            "sha": view.sha,
-            "subject": view.subject,
-            "branch": view.branch,
-            "committed_at": view.date.isoformat() if view.date else None,
-            "dirty": view.dirty,
-        }
-
-    def item(view: ItemView) -> dict[str, Any]:
-        i = view.item
-        return {
-            "impl": i.impl,
-            "benchmark": i.benchmark,
-            "label": view.label,
-            "params": dict(i.params or {}),
-            "params_key": i.params_key,
-            "metric": i.metric,
-            "unit": i.unit,
-            "direction": i.direction,
-            "gated": i.gated,
-            "role": view.role,
-            "derived_from": view.source.item.benchmark if view.source is not None else None,
-            "verdict": i.verdict,
-            "base_value": i.base_value,
-            "head_value": i.head_value,
-            "ratio": i.ratio,
-            "ci_low": i.ci_low,
-            "ci_high": i.ci_high,
-            "p_value": i.p_value,
-            "noise": i.noise,
-            "threshold": i.threshold,
-            "method": i.method,
-            "retried": i.retried,
-            "base_n": i.base_n,
-            "head_n": i.head_n,
-            "reason": i.reason,
-        }
-
-    return {
-        "schema": JSON_SCHEMA,
-        "check_id": c.id,
-        "verdict": c.verdict,
-        "exit_code": c.exit_code,
-        "headline": report.headline,
-        "baseline_ref": c.baseline_ref,
-        "profile": c.profile,
-        "threshold": c.threshold,
-        "created_at": c.created_at.isoformat() if c.created_at else None,
-        "machine": {"key": c.machine.key, "label": c.machine.label, "kind": c.machine.kind},
-        "head": commit(report.head),
-        "base": commit(report.base),
-        "aa": report.aa,
-        "counts": dict(report.counts),
-        "counts_by_role": {role: dict(n) for role, n in report.role_counts.items()},
-        "items": [item(i) for i in report.items],
-        "environment": {
-            "recorded": report.environment.recorded,
-            "base": {r.key: r.base for r in report.environment.rows if r.base not in ("–", "not recorded")},
-            "head": {r.key: r.head for r in report.environment.rows if r.head not in ("–", "not recorded")},
-            "differs": [
-                {"key": r.key, "base": r.base, "head": r.head} for r in report.environment.differences
-            ],
-        },
-        "repro": report.repro,
-        "command": c.command,
-        "config": dict(c.config or {}),
-        "summary": dict(c.summary or {}),
-    }
