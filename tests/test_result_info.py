@@ -32,6 +32,9 @@ WRITTEN = {
         "rows": {"aten::bmm": [2, 0.5], "aten::softmax": [1, 0.125]},
     },
     "steps_s": {"timing": 1.5, "memory": 0.25},
+    "tokens": 4096,
+    "forward_flops": 1.5e9,
+    "config": {"segment_lengths": [256, 512]},  # for people: not part of the view
     "graph_error": "capture failed",  # for people: not part of the view
 }
 
@@ -66,6 +69,8 @@ def test_the_written_keys_read_back_typed_through_a_real_store(tmp_path: Path) -
             {"aten::bmm": 0.5, "aten::softmax": 0.125},
         ),
         steps_s={"timing": 1.5, "memory": 0.25},
+        tokens=4096.0,
+        forward_flops=1.5e9,
     )
     assert ResultInfo.from_json(WRITTEN) == expected
     assert expected.underneath is not None and expected.underneath.timed
@@ -120,11 +125,14 @@ def test_values_of_the_wrong_type_read_as_absent() -> None:
             "underneath": {"rows": {"aten::add": [1], "aten::mm": ["1", 0.5], "aten::bmm": [2, 0.25]}},
             "steps_s": {"timing": "1", "memory": True, "work": 2},
             "ignored_samples": "3",
+            "tokens": True,
+            "forward_flops": "1e9",
         }
     )
     assert (info.derived_from, info.param_names, info.settings, info.path) == (None, None, None, None)
     assert info.breakdown == Breakdown("", "", {"aten::add": 0, "aten::mm": 1})
     assert info.underneath == Breakdown("", "", {"aten::bmm": 2}, {"aten::bmm": 0.25})
     assert info.steps_s == {"work": 2.0} and info.ignored_samples == 0
+    assert info.tokens is None and info.forward_flops is None
     assert ResultInfo.from_json({"path": {"digest": "d", "names": "x"}}).path == CodePath("", "d", ())
     assert ResultInfo.from_json({"breakdown": "counts", "underneath": 3}) == ResultInfo()

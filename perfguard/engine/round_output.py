@@ -210,17 +210,17 @@ def _derived(
 ) -> Iterable[ResultRecord]:
     """tokens/s and attended-pair TFLOP/s from the forward samples and the case's work per call."""
     module = name.split(".", 1)[0]
-    tokens = info.get("tokens")
-    flops = info.get("forward_flops")
+    read = ResultInfo.from_json(info)
+    tokens, flops = read.tokens, read.forward_flops
     positive = [s for s in samples if s > 0]
     if not positive:
         return
     keep = {"derived_from": name, "config": info.get("config")}
     for work, kind, method_name in (
         (tokens, THROUGHPUT, "track_tokens_per_second"),
-        (flops / 1e12 if isinstance(flops, (int, float)) else None, EFFICIENCY, "track_tflops"),
+        (flops / 1e12 if flops is not None else None, EFFICIENCY, "track_tflops"),
     ):
-        if not isinstance(work, (int, float)) or isinstance(work, bool) or work <= 0:
+        if work is None or work <= 0:
             continue
         yield ResultRecord(
             **{

@@ -23,6 +23,8 @@ The keys, and who writes them:
   [count, ms]}}`` (:func:`perfguard.engine.work.profile_breakdown`);
 - ``steps_s``: the running seconds per measuring step of the result's pass
   (:mod:`perfguard.engine.passes`);
+- ``tokens``, ``forward_flops``: the case's tokens and attended-pair FLOPs per forward call, what
+  tokens/s and TFLOP/s are derived from (:meth:`perfguard.engine.cases.Case.info`);
 - ``ignored_samples``: NaN / infinite samples dropped from ``samples``
   (:class:`~perfguard.store.records.ResultRecord`).
 """
@@ -141,6 +143,8 @@ class ResultInfo:
     breakdown: Breakdown | None = None
     underneath: Breakdown | None = None
     steps_s: Mapping[str, float] | None = None
+    tokens: float | None = None
+    forward_flops: float | None = None
     ignored_samples: int = 0
 
     @classmethod
@@ -163,5 +167,7 @@ class ResultInfo:
                 if isinstance(steps, Mapping)
                 else None
             ),
+            tokens=_number(info.get("tokens")),
+            forward_flops=_number(info.get("forward_flops")),
             ignored_samples=_count(info.get(IGNORED_SAMPLES)),
         )
