@@ -37,10 +37,10 @@ from perfguard.errors import UsageError
 from perfguard.units import format_value
 
 if TYPE_CHECKING:
-    from perfguard.accept import Ignored
     from perfguard.compare import Item
     from perfguard.config import Config
     from perfguard.store import Store, StoredChangePoint, StoredResult
+    from perfguard.store.check_summary import IgnoredAcceptance
 
 JSON_SCHEMA = "perfguard-changes/1"
 #: How far back along first parents the previous recorded commit is looked for.
@@ -65,7 +65,7 @@ class Detection:
     window: tuple[str, ...] = ()
     software_changes: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
     steps: tuple[StoredChangePoint, ...] = ()
-    ignored: tuple[Ignored, ...] = ()
+    ignored: tuple[IgnoredAcceptance, ...] = ()
     note: str = ""
 
     @property
@@ -110,7 +110,7 @@ class Detection:
             "accepted": len(self.accepted),
             "bisect": self.bisect_hint(),
             "steps": [_step_json(s) for s in self.steps],
-            "ignored_acceptances": [i.as_json() for i in self.ignored],
+            "ignored_acceptances": [i.to_json() for i in self.ignored],
         }
 
     def to_markdown(self) -> str:

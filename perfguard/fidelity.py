@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfguard.errors import UsageError
 from perfguard.metrics import DETERMINISTIC_METRICS
+from perfguard.store.result_info import ResultInfo
 
 if TYPE_CHECKING:
     from perfguard.measuring import Bench
@@ -183,7 +184,7 @@ def fidelity_test(
     cases = list(by_case)
     if alone is not None:
         labels = {
-            c: [label(r.benchmark, r.params, r.info.get("param_names")) for r in rs]
+            c: [label(r.benchmark, r.params, ResultInfo.from_json(r.info).param_names) for r in rs]
             for c, rs in by_case.items()
         }
         cases = alone_cases(cases, labels, alone)
@@ -197,7 +198,9 @@ def fidelity_test(
     alone_s = time.perf_counter()
     for n, case in enumerate(chosen, 1):
         in_round = by_case[case]
-        selection = [selection_regex(r.benchmark, r.params, r.info.get("param_names")) for r in in_round]
+        selection = [
+            selection_regex(r.benchmark, r.params, ResultInfo.from_json(r.info).param_names) for r in in_round
+        ]
         one = bench.runner.run(side.target, bench=selection, label=f"alone {n}/{len(chosen)}: ")
         name = f"{case[0]} {params_label(in_round[0].params)}"
         costs.append({"case": name, **one.seconds})
@@ -267,5 +270,5 @@ def _compare(in_round: ResultRecord, alone: ResultRecord | None, tolerance: floa
 
 
 def _digest(result: ResultRecord) -> str | None:
-    path = result.info.get("path") if isinstance(result.info, Mapping) else None
-    return str(path.get("digest")) if isinstance(path, Mapping) and path.get("digest") else None
+    path = ResultInfo.from_json(result.info).path
+    return path.digest if path is not None and path.digest else None

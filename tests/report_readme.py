@@ -460,7 +460,7 @@ def _accepted_checks(
         summary = {
             "retried": sum(1 for i in facts.planted.items if i.retried and i.gated),
             "rounds": {"base": len(base_rounds), "head": len(head_rounds)},
-            "acceptances": applied.summary(),
+            "acceptances": applied.summary().to_json(),
         }
         facts.accepted[name] = _store_check(
             store,

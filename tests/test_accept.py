@@ -19,7 +19,7 @@ from perfguard.accept import (
     AcceptError,
     Approval,
     Found,
-    Ignored,
+    IgnoredAcceptance,
     apply_acceptances,
     beyond_ceiling,
     commit_messages,
@@ -158,7 +158,7 @@ def test_a_doubling_within_the_ceiling_is_accepted_and_says_who_why_and_up_to_wh
     )
     assert "2.000×" in ops.reason  # the measured change is still in the reason
     assert not ops.fails and ops.ratio == pytest.approx(2.0)
-    summary = applied.summary()
+    summary = applied.summary().to_json()
     [row] = summary["applied"]
     assert (
         row["ceiling"] == 2.1
@@ -204,7 +204,7 @@ def test_an_untrusted_acceptance_is_ignored_with_why() -> None:
     applied = apply_acceptances(comparison(2.0), [accepted('dilated * <=2.1 "mine"', trusted=False)])
     assert applied.exit_code == 1
     assert [i.why for i in applied.ignored] == ["not trusted"]
-    assert applied.summary()["applied"] == []
+    assert applied.summary().to_json()["applied"] == []
 
 
 def test_the_most_permissive_covering_acceptance_decides() -> None:
@@ -333,9 +333,9 @@ def test_find_acceptances_reads_the_range_from_the_trusted_store(repo: Path, tmp
 
 
 def test_found_and_ignored_are_plain_data() -> None:
-    found = Found((accepted('* * <=2 "x"'),), (Ignored("c" * 40, "t", "why"),))
+    found = Found((accepted('* * <=2 "x"'),), (IgnoredAcceptance("c" * 40, "t", "why"),))
     assert found.trusted[0].as_json()["scope"] == "* *"
-    assert found.ignored[0].as_json() == {"sha": "c" * 40, "text": "t", "why": "why"}
+    assert found.ignored[0].to_json() == {"sha": "c" * 40, "text": "t", "why": "why"}
     assert Verdict.ACCEPTED == "accepted"
 
 

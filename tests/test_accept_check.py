@@ -115,7 +115,7 @@ def test_an_approved_acceptance_passes_the_intended_doubling(project: Project) -
         )
     improved = [i for i in applied.result.items if i.impl == "improved"]
     assert improved and all(str(i.verdict) == "unchanged" and i.ratio == 1.0 for i in improved)
-    [row] = applied.summary()["applied"]
+    [row] = applied.summary().to_json()["applied"]
     assert (row["sha"], row["ceiling"], row["approved_by"], row["source"]) == (
         project.double,
         2.1,
@@ -131,7 +131,7 @@ def test_the_same_acceptance_over_its_ceiling_fails(project: Project) -> None:
     for item in dilated_work(applied):
         assert str(item.verdict) == "regression" and item.ratio == pytest.approx(4.0, rel=1e-9)
         assert "over the accepted ceiling 2.1" in item.reason
-    [row] = applied.summary()["applied"]
+    [row] = applied.summary().to_json()["applied"]
     assert row["accepted"] == [] and len(row["over_ceiling"]) == 3
 
 
@@ -141,7 +141,7 @@ def test_a_trailer_nobody_approved_is_ignored(project: Project) -> None:
     assert all(str(i.verdict) == "regression" for i in dilated_work(applied))
     [ignored] = applied.ignored
     assert ignored.sha == project.double and "not approved by a maintainer" in ignored.why
-    assert applied.summary()["applied"] == []
+    assert applied.summary().to_json()["applied"] == []
 
 
 def accept(

@@ -156,8 +156,8 @@ def test_path_changes_name_what_left_and_what_came_and_nothing_else() -> None:
         [_result("bs", "Forward.track_time", "b", gather), _result("ring", "Forward.track_time", "r", ["k"])]
     ]
     (entry,) = path_changes(base, head)
-    assert entry["impl"] == "bs" and entry["removed"] == flex and entry["added"] == gather
-    assert entry["varies"] == []
+    assert entry.impl == "bs" and list(entry.removed) == flex and list(entry.added) == gather
+    assert entry.varies == ()
     assert path_changes(base, base) == []
 
 
@@ -168,4 +168,4 @@ def test_a_path_that_differs_between_rounds_of_one_side_is_said() -> None:
     ]
     head = [[_result("bs", "Forward.track_time", "a", ["x"])]]
     (entry,) = path_changes(base, head)
-    assert entry["varies"] == ["base"] and entry["base"] == ["a", "b"]
+    assert entry.varies == ("base",) and entry.base == ("a", "b")

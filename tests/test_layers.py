@@ -3,7 +3,8 @@
 Every module of ``perfguard/`` has a stage (machine → timing → suite → run → store → compare →
 report → the commands → api → cli); an import, at the top of a module or inside a function, may
 only reach the same stage or an earlier one.  The records (``perfguard.store.records``: plain
-values, no SQLAlchemy) travel the whole flow and are imported from every stage.  A new module needs a
+values, no SQLAlchemy; their checks, and the typed readers of a result's ``info`` and a check's
+``summary``) travel the whole flow and are imported from every stage.  A new module needs a
 stage here and a row in docs/design.md's module map.
 """
 
@@ -28,6 +29,9 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "gitrepo",
         "tree_state",
         "device_lock",
+        "store.record_checks",
+        "store.result_info",
+        "store.check_summary",
         "store.records",
     ),  # leaves
     # the measuring engine (perfguard/engine/, its __init__ names the flow)

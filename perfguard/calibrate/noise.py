@@ -18,6 +18,7 @@ from perfguard import stats
 from perfguard.compare import gates
 from perfguard.config import Config
 from perfguard.store.records import ResultRecord
+from perfguard.store.result_info import ResultInfo
 
 #: Process-noise flag: a gated timing of at least this many seconds ...
 CV_FLAG_MIN_SECONDS = 1e-4
@@ -88,7 +89,7 @@ def process_noise(rounds: Sequence[Sequence[ResultRecord]], config: Config) -> l
     groups: dict[tuple[str, str], list[ResultRecord]] = {}
     for results in rounds:
         for r in results:
-            if r.metric in ("throughput", "efficiency") or r.info.get("derived_from"):
+            if r.metric in ("throughput", "efficiency") or ResultInfo.from_json(r.info).derived_from:
                 continue
             groups.setdefault(r.key, []).append(r)
     rows = []

@@ -116,7 +116,7 @@ def calibrate(
             if fractions:
                 with clock.phase("setup: planted commits (clones of HEAD)"):
                     for fraction in fractions:
-                        commit = bench.stack.enter_context(
+                        commit = bench.session.stack.enter_context(
                             planted_clone(root, tree.head, fraction, bench.work_dir / "planted")
                         )
                         commits[fraction] = commit

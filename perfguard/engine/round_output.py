@@ -22,6 +22,7 @@ from typing import Any
 from perfguard.engine.round_protocol import INVALID_RESULT, Event, ResultEvent, event_from_json
 from perfguard.engine.suite import EFFICIENCY, THROUGHPUT, kind_of
 from perfguard.store.records import RecordError, ResultRecord
+from perfguard.store.result_info import ResultInfo
 from perfguard.units import format_value
 
 
@@ -59,8 +60,8 @@ def step_totals(results: Iterable[ResultRecord]) -> dict[str, float]:
     """
     per_pass: dict[tuple[str, str], dict[str, float]] = {}
     for r in results:
-        steps = r.info.get("steps_s") if isinstance(r.info, Mapping) else None
-        if not isinstance(steps, Mapping):
+        steps = ResultInfo.from_json(r.info).steps_s
+        if steps is None:
             continue
         key = (
             r.params_key,
@@ -68,8 +69,7 @@ def step_totals(results: Iterable[ResultRecord]) -> dict[str, float]:
         )
         seen = per_pass.setdefault(key, {})
         for step, value in steps.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                seen[step] = max(seen.get(step, 0.0), float(value))
+            seen[step] = max(seen.get(step, 0.0), value)
     totals: dict[str, float] = {}
     for steps in per_pass.values():
         for step, value in steps.items():
@@ -124,17 +124,17 @@ def _derived(
 ) -> Iterable[ResultRecord]:
     """tokens/s and attended-pair TFLOP/s from the forward samples and the case's work per call."""
     module = name.split(".", 1)[0]
-    tokens = info.get("tokens")
-    flops = info.get("forward_flops")
+    read = ResultInfo.from_json(info)
+    tokens, flops = read.tokens, read.forward_flops
     positive = [s for s in samples if s > 0]
     if not positive:
         return
     keep = {"derived_from": name, "config": info.get("config")}
     for work, kind, method_name in (
         (tokens, THROUGHPUT, "track_tokens_per_second"),
-        (flops / 1e12 if isinstance(flops, (int, float)) else None, EFFICIENCY, "track_tflops"),
+        (flops / 1e12 if flops is not None else None, EFFICIENCY, "track_tflops"),
     ):
-        if not isinstance(work, (int, float)) or isinstance(work, bool) or work <= 0:
+        if work is None or work <= 0:
             continue
         yield ResultRecord(
             **{

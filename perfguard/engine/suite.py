@@ -22,6 +22,7 @@ from perfguard import metrics
 from perfguard.errors import BenchmarkError
 from perfguard.profiles import BACKEND_IMPL, DISTRIBUTED_IMPLS, DISTRIBUTED_SUITE, SUITE
 from perfguard.store.records import ResultRecord
+from perfguard.store.result_info import ResultInfo
 
 #: The suite's module, as asv names its benchmarks (``bench_attention.Forward.track_time``).
 SUITE_MODULE = SUITE
@@ -162,7 +163,7 @@ def suspect_selection(items: Iterable[Any], rounds: Iterable[Iterable[ResultReco
     """``--bench`` regexes that re-measure exactly ``items`` (anything with ``benchmark``, ``params``
     and ``key``, e.g. compare's suspects), in the parameter order the ``rounds`` they came from record.
     """
-    orders = {r.key: r.info.get("param_names") for results in rounds for r in results}
+    orders = {r.key: ResultInfo.from_json(r.info).param_names for results in rounds for r in results}
     return [selection_regex(i.benchmark, i.params, orders.get(i.key)) for i in items]
 
 
@@ -173,9 +174,10 @@ def selected(result: ResultRecord, bench: Sequence[str]) -> bool:
     """
     if not bench:
         return True
-    name = str(result.info.get("derived_from") or result.benchmark)
-    order = list(result.info.get("param_names") or [])
-    if result.info.get("derived_from") and not order:
+    info = ResultInfo.from_json(result.info)
+    name = info.derived_from or result.benchmark
+    order = list(info.param_names or [])
+    if info.derived_from and not order:
         order = list(PARAM_NAMES)
     text = label(name, result.params, order) if result.params else name
     return any(re.search(regex, text) for regex in bench)

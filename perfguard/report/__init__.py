@@ -46,16 +46,9 @@ check's ``summary["acceptances"]`` is shown with it (:mod:`perfguard.report.acce
 
 from __future__ import annotations
 
-from perfguard.report.check_report import (
-    GITHUB_COMMENT_LIMIT,
-    JSON_SCHEMA,
-    MARKER,
-    CheckReport,
-    build_report,
-    check_to_json,
-    render_html,
-    render_markdown,
-)
+from perfguard.report.check_json import JSON_SCHEMA, check_to_json
+from perfguard.report.check_render import GITHUB_COMMENT_LIMIT, MARKER, render_html, render_markdown
+from perfguard.report.check_report import CheckReport, build_report
 from perfguard.report.queries import load_check, open_store
 from perfguard.report.site import SiteSummary, build_site
 

@@ -4,8 +4,9 @@
 the check's summary, as ``summary["acceptances"]``, every acceptance that applied (its scope,
 ceiling, reason, author, approver, source, and the items it accepted and those over its ceiling,
 as ``Forward.track_time(dtype=float32,impl=improved,seq_len=512)`` labels) and every ignored one
-with why (docs/living-with-regressions.md).  :func:`parse_acceptances` reads it defensively (JSON
-from a store that older or newer perfguards also write) and ties each label to the report's row,
+with why (docs/living-with-regressions.md).  :func:`parse_acceptances` takes it as the one typed reader of a
+check's summary gives it (:class:`perfguard.store.check_summary.CheckSummary`: JSON from a store
+that older or newer perfguards also write) and ties each label to the report's row,
 so a reader sees, next to each accepted item, who accepted it, why, the ceiling and where the
 acceptance came from; and the pull request's author sees why an acceptance did not count (an
 unapproved trailer, a typo in one).
@@ -13,13 +14,12 @@ unapproved trailer, a typo in one).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from perfguard.report import formatting
 from perfguard.report.items import ACCEPTED, ItemView
+from perfguard.store.check_summary import CheckSummary, IgnoredAcceptance
 
 #: The commit trailer an acceptance can be written as (perfguard.accept.TRAILER).
 TRAILER = "Perfguard-Accept"
@@ -94,25 +94,12 @@ class AcceptanceView:
         return max(0, len(self.cases) - SHOWN_CASES)
 
 
-@dataclass(frozen=True)
-class IgnoredView:
-    """An acceptance that does not count, and why (unapproved trailer, unreadable, untrusted)."""
-
-    sha: str
-    text: str
-    why: str
-
-    @property
-    def short(self) -> str:
-        return self.sha[:10] if self.sha else "–"
-
-
 @dataclass
 class AcceptanceStory:
     """What the acceptances did to one check."""
 
     applied: list[AcceptanceView]
-    ignored: list[IgnoredView]
+    ignored: list[IgnoredAcceptance]
     unclaimed: list[ItemView]  # accepted rows no stored acceptance names (an older summary)
 
     @property
@@ -148,55 +135,31 @@ class AcceptanceStory:
         return max(ceilings) if ceilings else None
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
+def parse_acceptances(summary: CheckSummary, items: Sequence[ItemView]) -> AcceptanceStory | None:
+    """The check's ``summary.acceptances`` tied to its rows; None when there is nothing to say.
 
-
-def _ceiling(value: Any) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else None
-
-
-def _labels(value: Any) -> list[str]:
-    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
-
-
-def parse_acceptances(summary: Mapping[str, Any] | None, items: Sequence[ItemView]) -> AcceptanceStory | None:
-    """The check's ``summary["acceptances"]`` tied to its rows; None when there is nothing to say.
-
-    Entries that are not objects are skipped; a label that names no row of the check is dropped
-    (the row's own reason still says who accepted it).
+    A label that names no row of the check is dropped (the row's own reason still says who
+    accepted it); entries that are not objects were skipped by :meth:`CheckSummary.from_json`.
     """
-    raw = (summary or {}).get("acceptances")
-    raw = raw if isinstance(raw, Mapping) else {}
     by_label: dict[str, ItemView] = {}
     for view in items:
         by_label.setdefault(item_label(view), view)
-    applied = []
-    for entry in raw.get("applied") or []:
-        if not isinstance(entry, Mapping):
-            continue
-        entry_id = entry.get("id")
-        applied.append(
-            AcceptanceView(
-                scope=_text(entry.get("scope"))
-                or " ".join(_text(entry.get(k)) for k in ("impl", "benchmark") if _text(entry.get(k))),
-                ceiling=_ceiling(entry.get("ceiling")),
-                reason=_text(entry.get("reason")),
-                author=_text(entry.get("author")),
-                approved_by=_text(entry.get("approved_by")) or None,
-                source=_text(entry.get("source")),
-                sha=_text(entry.get("sha")),
-                id=entry_id if isinstance(entry_id, int) and not isinstance(entry_id, bool) else None,
-                accepted=[by_label[x] for x in _labels(entry.get("accepted")) if x in by_label],
-                over=[by_label[x] for x in _labels(entry.get("over_ceiling")) if x in by_label],
-            )
+    applied = [
+        AcceptanceView(
+            scope=entry.scope,
+            ceiling=entry.ceiling,
+            reason=entry.reason,
+            author=entry.author,
+            approved_by=entry.approved_by,
+            source=entry.source,
+            sha=entry.sha,
+            id=entry.id,
+            accepted=[by_label[x] for x in entry.accepted if x in by_label],
+            over=[by_label[x] for x in entry.over_ceiling if x in by_label],
         )
-    ignored = [
-        IgnoredView(_text(e.get("sha")), _text(e.get("text")), _text(e.get("why")))
-        for e in raw.get("ignored") or []
-        if isinstance(e, Mapping)
+        for entry in summary.acceptances.applied
     ]
+    ignored = list(summary.acceptances.ignored)
     claimed = {id(v) for a in applied for v in a.accepted}
     unclaimed = [v for v in items if v.verdict == ACCEPTED and v.role != "derived" and id(v) not in claimed]
     if not (applied or ignored or unclaimed):

@@ -1,14 +1,16 @@
-"""The report of one ``perfguard check``: Markdown for the PR, a single-file HTML page, JSON.
+"""The report of one ``perfguard check``: :class:`CheckReport`, what every rendering of it shows.
 
-All three are views of one :class:`CheckReport`, built from a ``StoredCheck``, so the PR
-comment, the HTML artifact and the JSON never disagree.  Reading order (issue 14: "readable
-top-down in ten seconds"): the verdict, counted over the *gated* items only (the ones that can
-fail the check) and saying so; the few items that decide it, by implementation and parameter set,
-with what changed underneath (aten ops / CUDA kernels) when the check recorded it; one line with
-everything else; why anything is ``unstable`` (this check's measured noise and what would decide
-it) and what the re-measurement did; then the full table, the environment and the command that
-reproduces the check.  Roles (gated / reported / derived) are explained in
-:mod:`perfguard.report.items`, the explanations in :mod:`perfguard.report.stories`.
+Markdown for the PR and a single-file HTML page (:mod:`perfguard.report.check_render`) and JSON
+(:mod:`perfguard.report.check_json`) are all views of one :class:`CheckReport`, built from a
+``StoredCheck``, so the PR comment, the HTML artifact and the JSON never disagree.  Reading order
+(issue 14: "readable top-down in ten seconds"): the verdict, counted over the *gated* items only
+(the ones that can fail the check) and saying so; the few items that decide it, by implementation
+and parameter set, with what changed underneath (aten ops / CUDA kernels) when the check recorded
+it; one line with everything else; why anything is ``unstable`` (this check's measured noise and
+what would decide it) and what the re-measurement did; then the full table, the environment and
+the command that reproduces the check.  Roles (gated / reported / derived) are explained in
+:mod:`perfguard.report.items`, the explanations in :mod:`perfguard.report.stories`; the check's
+stored summary is read through :class:`perfguard.store.check_summary.CheckSummary`.
 """
 
 from __future__ import annotations
@@ -47,34 +49,13 @@ from perfguard.report.stories import (
     noise_story,
     retry_story,
 )
-from perfguard.report.templating import environment, inline_csp, static_text
 from perfguard.store import Store, StoredCheck
+from perfguard.store.check_summary import CheckSummary
 
 #: How many code-path changes the "Also" line names (the JSON report has them all).
 PATHS_SHOWN = 3
 
-__all__ = [
-    "FAILING",
-    "GITHUB_COMMENT_LIMIT",
-    "JSON_SCHEMA",
-    "MARKER",
-    "QUIET",
-    "VERDICT_ORDER",
-    "CheckReport",
-    "build_report",
-    "check_to_json",
-    "render_html",
-    "render_markdown",
-]
-
-#: The first line of every Markdown report: a workflow finds its PR comment by it and edits it.
-MARKER = "<!-- perfguard-report -->"
-#: GitHub rejects issue and PR comments longer than this (characters).
-GITHUB_COMMENT_LIMIT = 65_536
-#: Default budget for the Markdown: under the limit, with room for a workflow to append a line.
-MARKDOWN_BUDGET = 65_000
-
-JSON_SCHEMA = "perfguard-check-report/1"
+__all__ = ["FAILING", "QUIET", "VERDICT_ORDER", "CheckReport", "build_report", "report_of"]
 
 
 @dataclass
@@ -82,6 +63,7 @@ class CheckReport:
     """Everything any rendering of one check shows."""
 
     check: StoredCheck
+    summary: CheckSummary  # check.summary, read through the one typed reader
     head: CommitView
     base: CommitView
     items: list[ItemView]  # display order: each primary item followed by its derived rows
@@ -246,28 +228,21 @@ class CheckReport:
     def path_phrases(self) -> list[str]:
         """The timings whose code path differs between the sides (or between a side's own rounds).
 
-        ``summary["paths"]`` (:mod:`perfguard.compare.paths`); said whatever the verdict, because
+        ``summary.paths`` (:mod:`perfguard.compare.paths`); said whatever the verdict, because
         a changed path means the two numbers are of different code (issue 26).
         """
-        raw = self.check.summary.get("paths") if isinstance(self.check.summary, Mapping) else None
-        entries = [e for e in raw if isinstance(e, Mapping)] if isinstance(raw, list) else []
+        entries = self.summary.paths
         out = []
         for e in entries[:PATHS_SHOWN]:
-            where = (
-                f"{e.get('impl')} {formatting.metric_label(str(e.get('benchmark')))} ({e.get('params_key')})"
-            )
-            varies = [str(v) for v in e.get("varies") or []]
-            if varies:
-                out.append(f"{where}: the {' and '.join(varies)} rounds ran different code paths")
+            where = f"{e.impl} {formatting.metric_label(e.benchmark)} ({e.params_key})"
+            if e.varies:
+                out.append(f"{where}: the {' and '.join(e.varies)} rounds ran different code paths")
                 continue
-            removed = ", ".join(str(n) for n in e.get("removed") or [])
-            added = ", ".join(str(n) for n in e.get("added") or [])
+            removed, added = ", ".join(e.removed), ", ".join(e.added)
             if removed or added:
-                out.append(
-                    f"{where} runs another code path ({e.get('kind')}): {removed or '–'} → {added or '–'}"
-                )
+                out.append(f"{where} runs another code path ({e.kind}): {removed or '–'} → {added or '–'}")
             else:
-                out.append(f"{where} runs its {e.get('kind')} a different number of times")
+                out.append(f"{where} runs its {e.kind} a different number of times")
         if len(entries) > PATHS_SHOWN:
             out.append(f"{len(entries) - PATHS_SHOWN} more code-path changes (JSON report)")
         return out
@@ -328,8 +303,10 @@ def build_report(
         x for i in items for x in (i.item.ratio, i.item.ci_low, i.item.ci_high) if x is not None and x > 0
     ]
     head, base = CommitView.of(check.head), CommitView.of(check.base)
+    summary = CheckSummary.from_json(check.summary)
     report = CheckReport(
         check=check,
+        summary=summary,
         head=head,
         base=base,
         items=items,
@@ -338,13 +315,13 @@ def build_report(
         environment=check_environment(check.environment, base_run, head_run),
         repro=repro_commands(check, items),
         axis=ratio_axis(ratios, check.threshold),
-        underneath=parse_underneath(check.summary),
-        noise=noise_story(check, items, head.sha == base.sha),
-        retry=retry_story(check, items),
+        underneath=parse_underneath(summary),
+        noise=noise_story(check, summary, items, head.sha == base.sha),
+        retry=retry_story(check, summary, items),
         site_url=site_url,
         report_url=report_url,
     )
-    report.acceptances = parse_acceptances(check.summary, items)
+    report.acceptances = parse_acceptances(summary, items)
     return report
 
 
@@ -372,156 +349,6 @@ def repro_commands(check: StoredCheck, items: list[ItemView]) -> list[str]:
     return lines
 
 
-def _report(check: Any, **options: Any) -> CheckReport:
+def report_of(check: StoredCheck | CheckReport, **options: Any) -> CheckReport:
+    """``check``'s report (built with ``options``, :func:`build_report`), or ``check`` if it is one."""
     return check if isinstance(check, CheckReport) else build_report(check, **options)
-
-
-def render_markdown(
-    check: StoredCheck,
-    *,
-    max_chars: int = MARKDOWN_BUDGET,
-    marker: str = MARKER,
-    site_url: str | None = None,
-    report_url: str | None = None,
-    store: Store | None = None,
-) -> str:
-    """GitHub-flavoured Markdown for the job summary and the sticky PR comment.
-
-    Starts with ``marker`` (a hidden HTML comment) so a workflow can find and update its comment.
-    The visible part is the verdict, the items that decide it and one line for the rest; the
-    results (one row per implementation and parameters), the environment and the repro lines are
-    collapsed.  When the text would exceed ``max_chars`` (counted in UTF-16 units, as GitHub does;
-    the default stays under GitHub's 65,536 limit), rows are dropped from the end (quiet ones
-    first, since rows with news sort first) and a note says how many and where the full report is.
-    """
-    if not (marker.startswith("<!--") and marker.endswith("-->") and "-->" not in marker[4:-3]):
-        raise ValueError(f"marker must be one HTML comment, got {marker!r}")
-    report = _report(check, site_url=site_url, report_url=report_url, store=store)
-    template = environment().get_template("check/report.md")
-    grid = report.grid
-
-    def render(limit: int | None) -> str:
-        return template.render(r=report, grid=grid, marker=marker, limit=limit)
-
-    text = render(None)
-    if _utf16_len(text) <= max_chars:
-        return text
-    lo, hi = 0, len(grid.rows)  # largest limit that fits, by bisection
-    if _utf16_len(render(0)) > max_chars:
-        return _hard_cut(render(0), max_chars)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if _utf16_len(render(mid)) <= max_chars:
-            lo = mid
-        else:
-            hi = mid - 1
-    return render(lo)
-
-
-def _utf16_len(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
-
-
-def _hard_cut(text: str, max_chars: int) -> str:
-    """Last resort (a giant environment): cut, and say so."""
-    note = "\n\n… report cut to fit GitHub's comment limit; see the HTML or JSON report.\n"
-    budget = max_chars - _utf16_len(note)
-    cut = text[:budget]
-    while _utf16_len(cut) > budget:
-        cut = cut[:-100]
-    return cut + note
-
-
-def render_html(check: StoredCheck, *, site_url: str | None = None, store: Store | None = None) -> str:
-    """A single self-contained HTML page (inline CSS and JS, nothing fetched)."""
-    report = _report(check, site_url=site_url, store=store)
-    css, js = static_text("perfguard.css"), static_text("perfguard.js")
-    return (
-        environment()
-        .get_template("check/report.html")
-        .render(
-            r=report,
-            css=css,
-            js=js,
-            csp=inline_csp(css, js),
-            inline_assets=True,
-            root="",
-            page="check",
-        )
-    )
-
-
-def check_to_json(check: StoredCheck, *, store: Store | None = None) -> dict[str, Any]:
-    """The report's data as plain JSON types; the schema is documented in ``docs/reports.md``."""
-    report = _report(check, store=store)
-    c = report.check
-
-    def commit(view: CommitView) -> dict[str, Any]:
-        return {
-            "sha": view.sha,
-            "subject": view.subject,
-            "branch": view.branch,
-            "committed_at": view.date.isoformat() if view.date else None,
-            "dirty": view.dirty,
-        }
-
-    def item(view: ItemView) -> dict[str, Any]:
-        i = view.item
-        return {
-            "impl": i.impl,
-            "benchmark": i.benchmark,
-            "label": view.label,
-            "params": dict(i.params or {}),
-            "params_key": i.params_key,
-            "metric": i.metric,
-            "unit": i.unit,
-            "direction": i.direction,
-            "gated": i.gated,
-            "role": view.role,
-            "derived_from": view.source.item.benchmark if view.source is not None else None,
-            "verdict": i.verdict,
-            "base_value": i.base_value,
-            "head_value": i.head_value,
-            "ratio": i.ratio,
-            "ci_low": i.ci_low,
-            "ci_high": i.ci_high,
-            "p_value": i.p_value,
-            "noise": i.noise,
-            "threshold": i.threshold,
-            "method": i.method,
-            "retried": i.retried,
-            "base_n": i.base_n,
-            "head_n": i.head_n,
-            "reason": i.reason,
-        }
-
-    return {
-        "schema": JSON_SCHEMA,
-        "check_id": c.id,
-        "verdict": c.verdict,
-        "exit_code": c.exit_code,
-        "headline": report.headline,
-        "baseline_ref": c.baseline_ref,
-        "profile": c.profile,
-        "threshold": c.threshold,
-        "created_at": c.created_at.isoformat() if c.created_at else None,
-        "machine": {"key": c.machine.key, "label": c.machine.label, "kind": c.machine.kind},
-        "head": commit(report.head),
-        "base": commit(report.base),
-        "aa": report.aa,
-        "counts": dict(report.counts),
-        "counts_by_role": {role: dict(n) for role, n in report.role_counts.items()},
-        "items": [item(i) for i in report.items],
-        "environment": {
-            "recorded": report.environment.recorded,
-            "base": {r.key: r.base for r in report.environment.rows if r.base not in ("–", "not recorded")},
-            "head": {r.key: r.head for r in report.environment.rows if r.head not in ("–", "not recorded")},
-            "differs": [
-                {"key": r.key, "base": r.base, "head": r.head} for r in report.environment.differences
-            ],
-        },
-        "repro": report.repro,
-        "command": c.command,
-        "config": dict(c.config or {}),
-        "summary": dict(c.summary or {}),
-    }

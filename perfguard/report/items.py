@@ -7,22 +7,22 @@ neither gated nor derived (new, missing, skipped, ``gate = false`` overrides) ar
 
 **What changed underneath.**  When anything regresses, ``perfguard check`` stores in the check's
 summary, per benchmark, the aten ops / CUDA kernels whose count (or time) differs between the two
-sides (``summary["underneath"]``, issue 12); :func:`parse_underneath` reads it defensively (it is
-JSON from a store that older or newer perfguards also write).
+sides (``summary["underneath"]``, issue 12), read through the one typed reader of a check's summary
+(:class:`perfguard.store.check_summary.CheckSummary`: JSON from a store that older or newer
+perfguards also write).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
 from perfguard.metrics import COLUMN_WORDS
 from perfguard.report import formatting
 from perfguard.store import StoredCheckItem, StoredCommit
-from perfguard.units import format_value
+from perfguard.store.check_summary import CheckSummary, UnderneathRow, UnderneathTable
 
 #: Verdicts in the order a reader needs them (perfguard.compare.Verdict values).
 VERDICT_ORDER = (
@@ -91,51 +91,20 @@ class CommitView:
         )
 
 
-@dataclass(frozen=True)
-class UnderRow:
-    """One op or kernel whose count (or time) differs between the two sides."""
+class Underneath(UnderneathTable):
+    """What changed underneath one benchmark x params (the check's ``summary.underneath``), as the
+    report shows it: its label and its first rows."""
 
-    name: str
-    base_count: int
-    head_count: int
-    base_ms: float | None = None
-    head_ms: float | None = None
-
-    @property
-    def delta(self) -> int:
-        return self.head_count - self.base_count
-
-    @property
-    def change(self) -> str:
-        """The change, to precede the name: ``+100 ×``, or for a count that held, ``0.12 → 0.5 ms``."""
-        if self.delta or self.base_ms is None or self.head_ms is None:
-            return f"{self.delta:+,} ×"
-        return (
-            f"{format_value(self.base_ms / 1e3, 'seconds')} → {format_value(self.head_ms / 1e3, 'seconds')}"
-        )
-
-    @property
-    def counts(self) -> str:
-        return f"{self.base_count:,} → {self.head_count:,}"
-
-
-@dataclass(frozen=True)
-class Underneath:
-    """What changed underneath one benchmark x params, biggest difference first."""
-
-    impl: str
-    benchmark: str
-    params_key: str
-    kind: str  # "aten ops" | "CUDA kernels"
-    source: str  # how it was measured, e.g. "dispatch counts, one call"
-    rows: tuple[UnderRow, ...]
+    @classmethod
+    def of(cls, table: UnderneathTable) -> Underneath:
+        return cls(**{f.name: getattr(table, f.name) for f in fields(table)})
 
     @property
     def label(self) -> str:
         return formatting.metric_label(self.benchmark)
 
     @property
-    def top(self) -> tuple[UnderRow, ...]:
+    def top(self) -> tuple[UnderneathRow, ...]:
         return self.rows[:UNDERNEATH_ROWS]
 
     @property
@@ -143,46 +112,9 @@ class Underneath:
         return max(0, len(self.rows) - UNDERNEATH_ROWS)
 
 
-def _int(value: Any) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
-
-
-def _ms(value: Any) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else None
-
-
-def parse_underneath(summary: Mapping[str, Any] | None) -> list[Underneath]:
-    """The check's ``summary["underneath"]``; entries or rows that are not objects are skipped."""
-    raw = (summary or {}).get("underneath")
-    if not isinstance(raw, list):
-        return []
-    out = []
-    for entry in raw:
-        if not isinstance(entry, Mapping):
-            continue
-        rows = tuple(
-            UnderRow(
-                name=str(r.get("name", "?")),
-                base_count=_int(r.get("base_count")),
-                head_count=_int(r.get("head_count")),
-                base_ms=_ms(r.get("base_ms")),
-                head_ms=_ms(r.get("head_ms")),
-            )
-            for r in entry.get("rows") or []
-            if isinstance(r, Mapping)
-        )
-        out.append(
-            Underneath(
-                impl=str(entry.get("impl", "")),
-                benchmark=str(entry.get("benchmark", "")),
-                params_key=str(entry.get("params_key", "")),
-                kind=str(entry.get("kind", "aten ops")),
-                source=str(entry.get("source", "")),
-                rows=rows,
-            )
-        )
-    return out
+def parse_underneath(summary: CheckSummary) -> list[Underneath]:
+    """The check's ``summary.underneath`` (:meth:`CheckSummary.from_json` skipped what is not an object)."""
+    return [Underneath.of(table) for table in summary.underneath]
 
 
 @dataclass

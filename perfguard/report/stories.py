@@ -22,6 +22,7 @@ from typing import Any
 from perfguard.report import formatting
 from perfguard.report.items import ACCEPTED, FAILING, VERDICT_ORDER, ItemView, Underneath, column_order
 from perfguard.store import StoredCheck
+from perfguard.store.check_summary import CheckSummary
 
 #: How many implementations / parameter sets the top of a report names.
 DECIDING_IMPLS = 3
@@ -173,14 +174,12 @@ def _int(value: Any) -> int:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
-def rounds_of(check: StoredCheck) -> tuple[int, int]:
-    """Rounds a side of the first measurement and of the re-measurement, as the check recorded them."""
+def rounds_of(check: StoredCheck, summary: CheckSummary) -> tuple[int, int]:
+    """Rounds a side of the first measurement and of the re-measurement, as the check recorded them
+    (``summary``: the check's, read by :meth:`CheckSummary.from_json`)."""
     config = check.config or {}
-    stored = (check.summary or {}).get("rounds")
-    first = 0
-    if isinstance(stored, Mapping):
-        counts = [_int(v) for v in stored.values() if _int(v) > 0]
-        first = min(counts) if counts else 0
+    counts = [n for n in summary.rounds.values() if n > 0]
+    first = min(counts) if counts else 0
     first = first or _int(config.get("rounds")) or 3
     retry = config.get("retry")
     again = _int(retry.get("rounds")) if isinstance(retry, Mapping) else 0
@@ -206,12 +205,14 @@ def undecided(view: ItemView, rounds: int) -> Undecided:
     return Undecided(view, rounds, max(needed, rounds + 1), outcome)
 
 
-def noise_story(check: StoredCheck, views: Sequence[ItemView], aa: bool) -> NoiseStory | None:
+def noise_story(
+    check: StoredCheck, summary: CheckSummary, views: Sequence[ItemView], aa: bool
+) -> NoiseStory | None:
     """The story of the check's primary ``unstable`` items (None when there is none)."""
     unstable = [v for v in views if v.role != "derived" and v.verdict == "unstable"]
     if not unstable:
         return None
-    first, again = rounds_of(check)
+    first, again = rounds_of(check, summary)
     items = [undecided(v, again if v.item.retried else first) for v in unstable]
     order = {v: k for k, v in enumerate(VERDICT_ORDER)}
     items.sort(key=lambda u: (u.needed is None, u.needed or 0, order.get(u.view.verdict, 99), u.view.name))
@@ -225,6 +226,6 @@ def noise_story(check: StoredCheck, views: Sequence[ItemView], aa: bool) -> Nois
     )
 
 
-def retry_story(check: StoredCheck, views: Sequence[ItemView]) -> RetryStory | None:
+def retry_story(check: StoredCheck, summary: CheckSummary, views: Sequence[ItemView]) -> RetryStory | None:
     retried = [i for i in views if i.item.retried and i.role != "derived"]
-    return RetryStory(retried, rounds_of(check)[1]) if retried else None
+    return RetryStory(retried, rounds_of(check, summary)[1]) if retried else None

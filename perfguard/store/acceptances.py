@@ -27,14 +27,8 @@ from sqlalchemy.orm import Session
 
 from perfguard.metrics import NAMES
 from perfguard.store.models import Acceptance, ChangePoint, Commit
-from perfguard.store.records import (
-    CommitRecord,
-    RecordError,
-    check_record,
-    require_aware,
-    require_json,
-    require_text,
-)
+from perfguard.store.record_checks import RecordError, check_record, require_aware, require_json, require_text
+from perfguard.store.records import CommitRecord
 from perfguard.store.rows import dialect_insert
 
 ACCEPTANCE_SOURCES = ("command", "trailer")

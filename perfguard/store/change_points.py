@@ -20,16 +20,8 @@ from sqlalchemy.orm import Session, aliased
 from perfguard.metrics import DIRECTIONS, NAMES
 from perfguard.store.acceptances import StoredAcceptance, acceptances
 from perfguard.store.models import ChangePoint, Commit, Machine
-from perfguard.store.records import (
-    CommitRecord,
-    MachineRecord,
-    RecordError,
-    check_record,
-    params_key,
-    require_aware,
-    require_json,
-    require_text,
-)
+from perfguard.store.record_checks import RecordError, check_record, require_aware, require_json, require_text
+from perfguard.store.records import CommitRecord, MachineRecord, params_key
 from perfguard.store.rows import dialect_insert
 
 

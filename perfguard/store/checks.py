@@ -15,18 +15,14 @@ from sqlalchemy import insert, select
 from sqlalchemy.orm import Session, joinedload, selectinload
 
 from perfguard.store.models import Check, CheckItem
+from perfguard.store.record_checks import RecordError, check_record, require_aware, require_json, require_text
 from perfguard.store.records import (
     CHECK_ITEM_COLUMNS,
     CheckItemRecord,
     CommitRecord,
     MachineRecord,
-    RecordError,
     StoredCheck,
     StoredCheckItem,
-    check_record,
-    require_aware,
-    require_json,
-    require_text,
 )
 from perfguard.store.rows import stored_commit, stored_machine
 

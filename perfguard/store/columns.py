@@ -7,7 +7,7 @@ a number column), so every column of the models is declared with one of these ty
 sees the plain type (the schema and its migrations do not change), and each value read passes its
 column's check on the way out: JSON that decodes to the declared shape, dates that parse, numbers
 that are numbers (finite where they must be; measured amounts within
-:data:`~perfguard.store.records.MEASURED_RANGE`), text that is text and, for the columns with a
+:data:`~perfguard.store.record_checks.MEASURED_RANGE`), text that is text and, for the columns with a
 fixed vocabulary, one of its words.  A value that fails raises :class:`StoredValueError` naming
 its ``table.column``; the store turns it into a :class:`~perfguard.errors.StoreError` (exit 2).
 Booleans keep SQLAlchemy's own type (``IS false`` needs it on PostgreSQL); anything reads back as
@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import JSON, DateTime, Dialect, Float, Integer, MetaData, String, Text
 from sqlalchemy.types import TypeDecorator
 
-from perfguard.store.records import MEASURED_RANGE
+from perfguard.store.record_checks import MEASURED_RANGE
 
 
 class StoredValueError(ValueError):

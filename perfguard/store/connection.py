@@ -23,7 +23,7 @@ from perfguard.errors import StoreError
 from perfguard.store import probes, schema
 from perfguard.store.columns import StoredValueError
 from perfguard.store.engine import READ_ONLY_HINT, WRITE_OPTION, create, explain
-from perfguard.store.records import NOTHING_WRITTEN
+from perfguard.store.record_checks import NOTHING_WRITTEN
 from perfguard.store.url import StoreURL, refuse_tracked, resolve
 
 _Opened = TypeVar("_Opened", bound="StoreConnection")

@@ -1,10 +1,13 @@
-"""Plain values that go into the store and come out of it, and the checks made before a write.
+"""Plain values that go into the store and come out of it.
 
 The rest of perfguard never touches ORM objects: it hands the store ``*Record`` values and gets
 ``Stored*`` values back (frozen dataclasses, safe to keep after the session is gone).  Each record
-is validated completely *before* anything is written, so that a bad value aborts the whole run or
-check with nothing written, and so that SQLite (which would accept almost anything) and PostgreSQL
-(which enforces column lengths) behave the same.
+is validated completely *before* anything is written (its ``validate()``, through the checks of
+:mod:`perfguard.store.record_checks`), so that a bad value aborts the whole run or check with nothing
+written, and so that SQLite (which would accept almost anything) and PostgreSQL (which enforces
+column lengths) behave the same.  The JSON a record carries is read through one typed reader each:
+a result's ``info`` (:class:`perfguard.store.result_info.ResultInfo`) and a check's ``summary``
+(:class:`perfguard.store.check_summary.CheckSummary`).
 """
 
 from __future__ import annotations
@@ -12,48 +15,33 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import numbers
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from perfguard.errors import StoreError
 from perfguard.metrics import DIRECTIONS, NAMES, WORK_METRICS
+from perfguard.store.record_checks import (
+    RecordError,
+    as_float,
+    choice,
+    clean_samples,
+    is_hex,
+    is_number,
+    require_aware,
+    require_json,
+    require_measured,
+    require_text,
+    show,
+)
+from perfguard.store.result_info import IGNORED_SAMPLES, ResultInfo
 
 RESULT_STATUSES = ("ok", "failed", "skipped")
 PURPOSES = ("run", "baseline", "head", "retry", "calibrate")
-# Key of ``ResultRecord.info`` that counts the NaN / infinite samples dropped from ``samples``.
-IGNORED_SAMPLES = "ignored_samples"
 # The purposes that are ordinary measurements of a commit: the default of the check-side queries.
 # ``retry`` (interleaved re-measurements of one check) and ``calibrate`` are only returned on request.
 MEASUREMENT_PURPOSES = ("run", "baseline", "head")
-
-
-NOTHING_WRITTEN = "nothing was written to the store"
-
-#: The smallest and largest measured amount the store keeps (a sample, a median, a quartile, in the
-#: metric's unit: seconds, bytes, FLOP, tokens/s, TFLOP/s, counts).  Nothing measured falls outside
-#: (a picosecond; 10^18 FLOP or bytes), and inside it every ratio, product and bootstrap of two
-#: amounts stays a finite float: 5e-324 s or 1e308 s would overflow them (``OverflowError``).
-#: Checked when written (``ResultRecord.validate``) and when read (:mod:`perfguard.store.columns`).
-MEASURED_RANGE = (1e-12, 1e18)
-
-
-class RecordError(ValueError):
-    """A record that cannot be stored as it is (the store turns it into a StoreError)."""
-
-
-def check_record(what: str, validate: Callable[[], None]) -> None:
-    """Run one record's ``validate``; a :class:`RecordError` becomes a StoreError naming ``what``."""
-    try:
-        validate()
-    except RecordError as exc:
-        raise StoreError(
-            f"{what} cannot be stored: {exc}; {NOTHING_WRITTEN}",
-            hint="the value came from perfguard itself or a benchmark suite; fix it there (or report a bug)",
-        ) from None
 
 
 def params_key(params: Mapping[str, Any]) -> str:
@@ -105,7 +93,7 @@ class CommitRecord:
     def validate(self) -> None:
         require_text("commit sha", self.sha, 96)
         require_text("commit base_sha", self.base_sha, 40)
-        if not _is_hex(self.base_sha):
+        if not is_hex(self.base_sha):
             raise RecordError(f"commit base_sha {self.base_sha!r} is not a hexadecimal git object name")
         if self.dirty:
             if not self.sha.startswith(self.base_sha + "+dirty."):
@@ -121,7 +109,7 @@ class CommitRecord:
         if not isinstance(self.subject, str):
             raise RecordError(f"commit subject must be a string, not {type(self.subject).__name__}")
         require_text("commit subject", self.subject, len(self.subject), allow_empty=True)
-        if isinstance(self.parents, str) or not all(isinstance(p, str) and _is_hex(p) for p in self.parents):
+        if isinstance(self.parents, str) or not all(isinstance(p, str) and is_hex(p) for p in self.parents):
             raise RecordError(f"commit parents must be a list of hexadecimal shas, not {self.parents!r}")
         require_aware("commit committed_at", self.committed_at)
 
@@ -148,7 +136,7 @@ class ResultRecord:
     q25: float | None = None
     q75: float | None = None
     method: str | None = None  # cuda-graph | cuda-events | cpu-wall
-    info: Mapping[str, Any] = field(default_factory=dict)
+    info: Mapping[str, Any] = field(default_factory=dict)  # JSON; read through ResultInfo.from_json
     error: str | None = None
     benchmark_version: str | None = None
     params_key: str = ""
@@ -157,18 +145,18 @@ class ResultRecord:
     def __post_init__(self) -> None:
         _fill_params_key(self)
         for name in ("value", "q25", "q75"):
-            number = _as_float(getattr(self, name))
+            number = as_float(getattr(self, name))
             if number is not None:
                 object.__setattr__(self, name, number)
         samples = self.samples
         if samples is not None and not isinstance(samples, (str, bytes)) and isinstance(samples, Sequence):
-            converted, ignored = _clean_samples(samples)
+            converted, ignored = clean_samples(samples)
             object.__setattr__(self, "samples", converted)
             if ignored:
                 # docs/verdicts.md: NaN and infinite samples are ignored.  They are dropped here, so
                 # the store never holds them (JSON has no NaN), and counted where a reader sees it.
                 info = dict(self.info) if isinstance(self.info, Mapping) else {}
-                info[IGNORED_SAMPLES] = int(info.get(IGNORED_SAMPLES) or 0) + ignored
+                info[IGNORED_SAMPLES] = ResultInfo.from_json(info).ignored_samples + ignored
                 object.__setattr__(self, "info", info)
             wants_value = self.value is None
             wants_quartiles = self.q25 is None and self.q75 is None and len(converted) >= 2
@@ -205,18 +193,18 @@ class ResultRecord:
                 f"params_key {self.params_key!r} is not the canonical key {params_key(self.params)!r}"
             )
         require_text("params_key", self.params_key, 512, allow_empty=True)
-        _choice("metric", self.metric, NAMES)
+        choice("metric", self.metric, NAMES)
         require_text("unit", self.unit, 32)
-        _choice("direction", self.direction, DIRECTIONS)
+        choice("direction", self.direction, DIRECTIONS)
         if not isinstance(self.gated, bool):
             raise RecordError(f"gated must be True or False, not {self.gated!r}")
-        _choice("status", self.status, RESULT_STATUSES)
+        choice("status", self.status, RESULT_STATUSES)
         if self.samples is not None:
             if not isinstance(self.samples, list):
                 raise RecordError(f"samples must be a list of numbers, not {type(self.samples).__name__}")
             for i, sample in enumerate(self.samples):
                 if type(sample) is not float or not math.isfinite(sample):
-                    raise RecordError(f"sample {i} is {_show(sample)}, not a number")
+                    raise RecordError(f"sample {i} is {show(sample)}, not a number")
                 if sample < 0 or (sample == 0 and self.metric not in WORK_METRICS):
                     raise RecordError(
                         f"sample {i} is {sample!r}: a {self.metric} sample is a positive amount "
@@ -224,7 +212,7 @@ class ResultRecord:
                     )
                 require_measured(f"sample {i}", sample, self.unit)
             if self.status == "ok" and not self.samples:
-                ignored = self.info.get(IGNORED_SAMPLES) if isinstance(self.info, Mapping) else None
+                ignored = ResultInfo.from_json(self.info).ignored_samples
                 if ignored:
                     raise RecordError(f"all {ignored} samples are NaN or infinite: nothing was measured")
                 raise RecordError("samples is an empty list; pass None when the benchmark records no samples")
@@ -233,7 +221,7 @@ class ResultRecord:
             if number is None:
                 continue
             if type(number) is not float or not math.isfinite(number):
-                raise RecordError(f"{name} is {_show(number)}, not a finite number")
+                raise RecordError(f"{name} is {show(number)}, not a finite number")
             if number < 0 or (number == 0 and self.metric not in WORK_METRICS):
                 raise RecordError(
                     f"{name} is {number!r}: a {self.metric} is a positive amount of {self.unit}"
@@ -338,9 +326,9 @@ class CheckItemRecord:
         require_text("impl", self.impl, 128)
         require_json("params", self.params, mapping=True)
         require_text("params_key", self.params_key, 512, allow_empty=True)
-        _choice("metric", self.metric, NAMES)
+        choice("metric", self.metric, NAMES)
         require_text("unit", self.unit, 32)
-        _choice("direction", self.direction, DIRECTIONS)
+        choice("direction", self.direction, DIRECTIONS)
         require_text("verdict", self.verdict, 16)
         for name in (
             "threshold",
@@ -356,7 +344,7 @@ class CheckItemRecord:
             if number is None and name != "threshold":
                 continue
             # SQLite silently stores NaN as NULL; refuse it so both backends hold the same thing.
-            if not _is_number(number) or math.isnan(number):
+            if not is_number(number) or math.isnan(number):
                 raise RecordError(f"{name} is {number!r}, not a number (use None for 'no value')")
         for name in ("gated", "retried"):
             if not isinstance(getattr(self, name), bool):
@@ -429,6 +417,9 @@ class StoredCheckItem(CheckItemRecord):
 
 @dataclass(frozen=True, kw_only=True)
 class StoredCheck:
+    """A stored check with its items; ``summary`` is the JSON column as stored (read it through
+    :meth:`perfguard.store.check_summary.CheckSummary.from_json`)."""
+
     id: int
     machine: StoredMachine
     head: StoredCommit
@@ -454,97 +445,3 @@ def _fill_params_key(record: Any) -> None:
     if not record.params_key and isinstance(record.params, Mapping):
         with contextlib.suppress(TypeError, ValueError):
             object.__setattr__(record, "params_key", params_key(record.params))
-
-
-def _as_float(value: Any) -> float | None:
-    """``value`` as a float when it is a real number that fits one (not a bool), else None."""
-    if type(value) is float:
-        return value
-    if not _is_number(value):
-        return None
-    try:
-        return float(value)
-    except (OverflowError, ValueError):  # an int of hundreds of digits: validate() refuses it
-        return None
-
-
-def _clean_samples(samples: Sequence[Any]) -> tuple[list[Any], int]:
-    """(samples as floats without the NaN / infinite ones, how many were dropped).
-
-    Anything that is not a number is kept as it is, for ``validate()`` to name.
-    """
-    # What the store reads back (~100 floats a result, thousands of results a check): one C-level
-    # sum tells that none is NaN or infinite (an overflow to inf only sends it the slow way).
-    if type(samples) is list and all(type(s) is float for s in samples) and math.isfinite(sum(samples)):
-        return samples.copy(), 0
-    kept: list[Any] = []
-    ignored = 0
-    for sample in samples:
-        number = _as_float(sample)
-        if number is None:
-            kept.append(sample)
-        elif math.isfinite(number):
-            kept.append(number)
-        else:
-            ignored += 1
-    return kept, ignored
-
-
-def _show(value: Any) -> str:
-    """A value for a message, cut short (a bogus sample can be a 400-digit integer)."""
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}... ({type(value).__name__} of {len(text)} characters)"
-
-
-def _is_number(value: Any) -> bool:
-    """A real number (numpy scalars included), but not a bool."""
-    if type(value) is float or type(value) is int:  # the common cases, without the ABC check
-        return True
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _is_hex(text: str) -> bool:
-    return bool(text) and all(c in "0123456789abcdef" for c in text)
-
-
-def require_text(name: str, value: Any, max_length: int, *, allow_empty: bool = False) -> None:
-    if not isinstance(value, str):
-        raise RecordError(f"{name} must be text, not {type(value).__name__}")
-    if not value and not allow_empty:
-        raise RecordError(f"{name} is empty")
-    if len(value) > max_length:
-        raise RecordError(f"{name} is {len(value)} characters long; the store keeps at most {max_length}")
-    if "\x00" in value:  # PostgreSQL refuses NUL in text, SQLite would keep it: refuse on both
-        raise RecordError(f"{name} {value[:40]!r} contains a NUL character")
-
-
-def require_measured(name: str, value: float, unit: str) -> None:
-    """``value`` is within :data:`MEASURED_RANGE` (what a measurement can be), or zero (a count:
-    :data:`perfguard.metrics.WORK_METRICS`; whether zero fits the metric is the caller's check)."""
-    low, high = MEASURED_RANGE
-    if value != 0.0 and not low <= value <= high:
-        raise RecordError(
-            f"{name} is {value!r} {unit}, outside the range of a measured amount ({low:g} to {high:g}): "
-            "not a measurement"
-        )
-
-
-def _choice(name: str, value: Any, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise RecordError(f"{name} is {value!r}; expected one of {', '.join(choices)}")
-
-
-def require_json(name: str, value: Any, *, mapping: bool = False) -> None:
-    if mapping and not isinstance(value, Mapping):
-        raise RecordError(f"{name} must be a mapping, not {type(value).__name__}")
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise RecordError(f"{name} cannot be stored as JSON: {exc}") from None
-
-
-def require_aware(name: str, value: Any) -> None:
-    if not isinstance(value, datetime):
-        raise RecordError(f"{name} must be a datetime, not {type(value).__name__}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise RecordError(f"{name} {value.isoformat()} has no time zone; use e.g. datetime.now(timezone.utc)")

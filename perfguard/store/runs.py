@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from perfguard.errors import StoreError
 from perfguard.store.models import Commit, Machine, Result, ResultData, Run
+from perfguard.store.record_checks import NOTHING_WRITTEN, check_record
 from perfguard.store.records import (
-    NOTHING_WRITTEN,
     RESULT_COLUMNS,
     RESULT_DATA_COLUMNS,
     RUN_COLUMNS,
@@ -27,7 +27,6 @@ from perfguard.store.records import (
     RunRecord,
     StoredResult,
     StoredRun,
-    check_record,
 )
 from perfguard.store.rows import stored_run
 

@@ -25,6 +25,7 @@ from perfguard.store.acceptances import AcceptanceRecord, StoredAcceptance
 from perfguard.store.change_points import ChangePointRecord, StoredChangePoint
 from perfguard.store.connection import StoreConnection
 from perfguard.store.models import Commit, Machine
+from perfguard.store.record_checks import check_record
 from perfguard.store.records import (
     MEASUREMENT_PURPOSES,
     CheckItemRecord,
@@ -36,7 +37,6 @@ from perfguard.store.records import (
     StoredCommit,
     StoredMachine,
     StoredRun,
-    check_record,
 )
 from perfguard.store.rows import stored_commit, stored_machine, upsert_commit, upsert_machine
 from perfguard.store.runs import ResultsByKey

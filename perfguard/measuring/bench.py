@@ -1,39 +1,26 @@
-"""Measuring commits on this machine: what ``run``, ``check``, ``calibrate`` and ``bisect`` share.
+"""A bench: what one ``run`` / ``check`` / ``calibrate`` / ``bisect`` measures with, its sides, its rounds.
 
-A :class:`Bench` holds what one invocation measures with (repository, machine fingerprint,
-profile, stores, round runner, configuration, progress reporter).  :meth:`Bench.measure` runs
-rounds of the suite on commits, interleaved A B B A …, and returns them as store records (written by
-the caller, all rounds of a side in one transaction); :meth:`Bench.stored_rounds` finds earlier
-measurements that can be reused: the same machine key, profile and suite version, and a benchmark
-selection that covers the current one.  :func:`open_bench` checks every input before anything is
-measured (bad input fails fast), and cleans up afterwards (worktrees, scratch directories), also
-when the measurement is interrupted.
-
-**Trust** (docs/ci.md): a bench is *trusted* (a maintainer's run, the baseline branch's workflow)
-or *untrusted* (it executes code under review).  An untrusted bench opens the history store
-read-only, reads baselines from it, and writes its own runs and checks to a separate results store;
-its compilation caches are its own (:func:`perfguard.engine.rounds.compile_cache_env`).
-
-What a round is and why rounds are fresh processes: ``docs/verdicts.md``; how a round runs:
-:mod:`perfguard.engine.rounds`.
+:class:`Bench` is immutable: what an invocation measures with is fixed when it is opened
+(:func:`perfguard.measuring.open_bench`).  What a check learns on the way (the baseline's rules for
+an untrusted HEAD, rounds to be stored untrusted) gives a new bench (:meth:`Bench.with_rules`,
+:meth:`Bench.distrusted`); what measuring leaves behind as it goes (worktrees, the rounds stored so
+far, the cleanup) is the invocation's :class:`BenchSession`, shared by every bench derived from the
+opened one.
 """
 
 from __future__ import annotations
 
-import re
+import copy
 import shlex
-import shutil
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-
-from perfguard.errors import UsageError
 
 if TYPE_CHECKING:
     from perfguard.config import Config
@@ -43,6 +30,10 @@ if TYPE_CHECKING:
     from perfguard.profiles import Profile
     from perfguard.store import CommitRecord, MachineRecord, ResultRecord, RunRecord, Store, StoredResult
     from perfguard.tree_state import TreeState
+
+#: One side's rounds: the results of each round (one fresh process), oldest first.  Rounds read
+#: from a store hold :class:`~perfguard.store.StoredResult` (with their run's id).
+Rounds = list[list["ResultRecord"]]
 
 
 class Reporter(Protocol):
@@ -84,8 +75,29 @@ class Side:
 
 
 @dataclass
+class BenchSession:
+    """What one invocation's measuring leaves behind as it goes, shared by every bench derived from
+    the one it opened: the worktrees it made (one per commit, removed when it ends), the rounds it
+    stored so far (what an interruption keeps) and the exit stack that cleans up."""
+
+    stack: ExitStack = field(default_factory=ExitStack)
+    kept: list[str] = field(default_factory=list)  # the rounds stored so far, "<side> round i/n"
+    worktrees: dict[str, tuple[Path, TreeState]] = field(default_factory=dict)
+
+
+def _changed(runner: RoundRunner, **changes: Any) -> RoundRunner:
+    """A copy of ``runner`` with ``changes``: a derived bench never changes the runner of the one it
+    came from (a round runner holds only its settings)."""
+    changed = copy.copy(runner)
+    for name, value in changes.items():
+        setattr(changed, name, value)
+    return changed
+
+
+@dataclass(frozen=True)
 class Bench:
-    """The context of one run / check / calibrate / bisect invocation."""
+    """The context of one run / check / calibrate / bisect invocation (immutable: see the module
+    docstring)."""
 
     root: Path
     machine: Fingerprint
@@ -103,14 +115,13 @@ class Bench:
     # history-only benchmarks for a check, calibrate or bisect without --bench (suite.HISTORY_ONLY)
     exclude: tuple[str, ...] = ()
     # Whether the rounds this invocation stores are trusted runs (baselines): ``trusted``, unless
-    # code that is not on the baseline branch runs in it (:meth:`distrust_rounds`).
+    # code that is not on the baseline branch runs in it (:meth:`distrusted`).
     rounds_trusted: bool = True
-    kept: list[str] = field(default_factory=list)  # the rounds stored so far, "<side> round i/n"
-    stack: ExitStack = field(default_factory=ExitStack)
-    _worktrees: dict[str, tuple[Path, TreeState]] = field(default_factory=dict)
+    session: BenchSession = field(default_factory=BenchSession)
 
     def __post_init__(self) -> None:
-        self.rounds_trusted = self.rounds_trusted and self.trusted
+        if self.rounds_trusted and not self.trusted:
+            raise ValueError("an untrusted bench stores its rounds untrusted: pass rounds_trusted=False")
 
     @property
     def machine_record(self) -> MachineRecord:
@@ -162,36 +173,42 @@ class Bench:
         from perfguard.gitrepo import checkout
         from perfguard.tree_state import TreeState, make_read_only
 
-        made = self._worktrees.get(sha)
+        made = self.session.worktrees.get(sha)
         if made is None:
-            source = self.stack.enter_context(checkout(self.root, sha, self.work_dir))
+            source = self.session.stack.enter_context(checkout(self.root, sha, self.work_dir))
             make_read_only(source)
-            made = self._worktrees[sha] = (source, TreeState.record(source, ignored=True))
+            made = self.session.worktrees[sha] = (source, TreeState.record(source, ignored=True))
         source, state = made
         return Side(
             commit_record(self.root, sha, branch=branch), Target(sha, source), f"{label} {sha[:10]}", state
         )
 
-    def distrust_rounds(self, why: str) -> None:
-        """Store every round of this invocation as untrusted (never a baseline), and compile in the
+    def distrusted(self, why: str) -> Bench:
+        """This bench storing every round as untrusted (never a baseline) and compiling in the
         untrusted caches: code that is not on the baseline branch runs in it (docs/ci.md, "Trust
-        model").  ``why`` is said once."""
+        model").  ``why`` is said once (not again by a bench that already is)."""
         if not self.rounds_trusted:
-            return
-        self.rounds_trusted = False
-        self.runner.trust = "untrusted"
+            return self
         self.say(why)
+        return replace(self, rounds_trusted=False, runner=_changed(self.runner, trust="untrusted"))
+
+    def with_rules(self, config: Config, benchmark_dir: Path) -> Bench:
+        """This bench judging with ``config`` and measuring the asv suite in ``benchmark_dir`` (an
+        untrusted check takes both from its baseline: :func:`perfguard.gate`)."""
+        return replace(self, config=config, runner=_changed(self.runner, benchmark_dir=benchmark_dir))
 
     # --- measuring -----------------------------------------------------------------------------
 
     def settings(self, round_: Round) -> dict[str, Any]:
         """What a run was measured under: suite version, selection, pinned timer settings."""
         from perfguard.profiles import SUITE_VERSION
+        from perfguard.store.result_info import ResultInfo
 
         pinned: dict[str, Any] = {}
         for result in round_.results:
-            if isinstance(result.info.get("settings"), dict):
-                pinned = dict(result.info["settings"])
+            settings = ResultInfo.from_json(result.info).settings
+            if settings is not None:
+                pinned = dict(settings)
                 break
         return {
             "suite_version": SUITE_VERSION,
@@ -276,7 +293,7 @@ class Bench:
                     record = replace(record, settings={**record.settings, **extra[s]})
                 with _signals_held():  # stored and counted as kept, or neither
                     self.store.record_runs(self.machine_record, side.commit, [record])
-                    self.kept.append(f"{side.label} round {index + 1}/{rounds}")
+                    self.session.kept.append(f"{side.label} round {index + 1}/{rounds}")
                 records[s].append(record)
                 self.say(_round_line(side, index, rounds, round_))  # "done": stored, kept
         return records
@@ -284,7 +301,7 @@ class Bench:
     def kept_summary(self) -> str:
         """The rounds this invocation stored so far, per side: what an interruption leaves behind."""
         per_side: dict[str, list[str]] = {}
-        for line in self.kept:
+        for line in self.session.kept:
             label, round_ = line.rsplit(" round ", 1)
             per_side.setdefault(label, []).append(round_.split("/")[0])
         return "; ".join(f"{label} round(s) {', '.join(rounds)}" for label, rounds in per_side.items())
@@ -392,219 +409,3 @@ def commit_record(
         author=info.author,
         committed_at=datetime.now(timezone.utc),
     )
-
-
-# --------------------------------------------------------------------------------------------
-# opening a bench
-# --------------------------------------------------------------------------------------------
-
-
-@contextmanager
-def open_bench(
-    *,
-    profile_name: str,
-    bench_regex: str | None,
-    db_url: str | None,
-    reporter: Reporter,
-    threshold: float | None = None,
-    device: str = "auto",
-    timeout_s: float | None = None,
-    trusted: bool = True,
-    results_db_url: str | None = None,
-    cwd: Path | None = None,
-    for_history: bool = True,
-    wait: bool = True,
-) -> Iterator[Bench]:
-    """Everything a measurement needs, checked before any benchmark runs (bad input fails fast).
-
-    ``for_history=False`` (check, calibrate, bisect): without ``bench_regex`` the history-only
-    benchmarks (:data:`perfguard.engine.suite.HISTORY_ONLY`, reported and never gated) are left out.
-
-    ``trusted=False``: the history store (``db_url``) is opened read-only and everything this
-    invocation writes goes to ``results_db_url`` (default: ``.perfguard/untrusted.db`` in the
-    repository).  Interrupts (Ctrl-C, SIGTERM) become :class:`perfguard.errors.Interrupted` (exit
-    130 / 143) after the scratch directory and worktrees are removed.
-
-    Before anything runs the bench takes the lock of every device it measures on
-    (:mod:`perfguard.device_lock`: one measurement per GPU or CPU machine at a time), waiting for a
-    busy one, or with ``wait=False`` raising :class:`perfguard.device_lock.DeviceBusy` (exit 2).
-    """
-    from perfguard import device_lock, profiles
-    from perfguard.config import find_pyproject, load_config
-    from perfguard.engine.machine import fingerprint, with_ranks
-    from perfguard.engine.rounds import RoundRunner
-    from perfguard.engine.suite import HISTORY_ONLY
-    from perfguard.gitrepo import cleanup_stale, repo_root, scratch_dir
-    from perfguard.store import Store, resolve_results
-
-    root = repo_root(cwd)
-    config = load_config(find_pyproject(root), threshold=threshold)
-    bench = (bench_regex,) if bench_regex else ()
-    for regex in bench:
-        try:
-            re.compile(regex)
-        except re.error as exc:
-            raise UsageError(f"--bench {regex!r} is not a regular expression: {exc}") from None
-    try:
-        machine = fingerprint(device=device)
-    except RuntimeError as exc:
-        raise UsageError(str(exc), hint="drop --device cuda, or run on a machine with a GPU") from None
-    profile = profiles.resolve(profile_name, cuda=machine.has_cuda)
-    ranks = _ranks(profile, machine)
-    if profile.distributed:
-        machine = with_ranks(machine, ranks)  # a 2-rank baseline is never compared with a 4-rank run
-    with ExitStack() as opened:
-        baseline_store: Store | None
-        if trusted:
-            store = baseline_store = Store.open(db_url, cwd=root)
-            opened.callback(store.close)
-        else:
-            _refuse_one_store(db_url, results_db_url, root)
-            baseline_store = _open_baselines_read_only(db_url, root, reporter)
-            if baseline_store is not None:
-                opened.callback(baseline_store.close)
-            store = Store.open(resolve_results(results_db_url, cwd=root), cwd=root)
-            opened.callback(store.close)
-        store.check_writable()
-        removed = cleanup_stale(root)
-        if removed:
-            reporter.say(removed.describe())
-        work_dir = scratch_dir()
-        opened.callback(shutil.rmtree, work_dir, True)
-        bench_ctx: Bench | None = None
-        with interrupts_as_errors(kept=lambda: bench_ctx.kept_summary() if bench_ctx is not None else ""):
-            uuids = [str(u) if u else None for u in machine.metadata.get("uuid") or []]
-            lock = opened.enter_context(
-                device_lock.hold(
-                    device_lock.device_names(machine.kind, uuids, ranks),
-                    command=command_line(),
-                    wait=wait,
-                    say=reporter.say,
-                )
-            )
-            runner = RoundRunner(
-                root,
-                profile,
-                machine.kind,
-                work_dir,
-                on_progress=reporter.progress,
-                timeout_s=timeout_s,
-                trust="trusted" if trusted else "untrusted",
-                ranks=ranks,
-                pass_fds=lock.fds,
-            )
-            exclude = () if for_history or bench else HISTORY_ONLY
-            bench_ctx = Bench(
-                root, machine, profile, machine.kind, store, baseline_store, runner, config, bench, work_dir,
-                reporter, trusted, exclude,
-            )  # fmt: skip
-            with bench_ctx.stack:
-                if trusted:
-                    where = store.url
-                elif baseline_store is None:
-                    where = f"no baseline store (nothing stored yet), results in {store.url}"
-                else:
-                    where = f"{baseline_store.url} (read-only), results in {store.url}"
-                reporter.say(
-                    f"perfguard: {machine.label} (machine key {machine.key!r}), profile {profile.name} "
-                    f"({profile.description}), store {where}"
-                )
-                yield bench_ctx
-
-
-def _ranks(profile: Profile, machine: Fingerprint) -> int:
-    """The ranks a round of ``profile`` runs here; a bad ``$PERFGUARD_RANKS``: exit 2."""
-    from perfguard import profiles
-
-    try:
-        return profiles.ranks_for(
-            profile, device=machine.kind, gpus=int(machine.hardware.get("gpu_count") or 0)
-        )
-    except ValueError as exc:
-        raise UsageError(
-            str(exc), hint=f"unset ${profiles.RANKS_ENV} or set it to a number that fits"
-        ) from None
-
-
-def _refuse_one_store(db_url: str | None, results_db_url: str | None, root: Path) -> None:
-    """An untrusted bench's results store must not be the history store it reads baselines from.
-
-    The same database for both (``--results-db X --db X``) would put the runs of code under review
-    into the history store, from a context that must not be able to write it: exit 2.
-    """
-    from perfguard.store import resolve, resolve_results
-    from perfguard.store.url import same_store
-
-    history, results = resolve(db_url, cwd=root), resolve_results(results_db_url, cwd=root)
-    if same_store(history, results):
-        raise UsageError(
-            f"--results-db and --db name the same store ({results.masked}): an untrusted run or check "
-            "writes its results apart from the history store it reads baselines from",
-            hint="pass a --results-db (or PERFGUARD_RESULTS_DB) of its own, e.g. sqlite:///results.db "
-            "outside the work tree",
-        )
-
-
-def _open_baselines_read_only(db_url: str | None, root: Path, reporter: Reporter) -> Store | None:
-    """The history store, read-only, for an untrusted bench; None when there is none to read.
-
-    A runner whose baseline snapshot was never published has no baselines: the check then measures
-    the merge-base itself, into its own results store (it never becomes a baseline).  Without
-    ``--db`` / ``PERFGUARD_DB`` there is none either: the default store lies inside the work tree
-    under review, where the pull request's commit (a force-added ``.perfguard/history.db``) or its
-    code (run by ``perfguard verify`` before this check) can have put one (docs/ci.md, "Trust
-    model").
-    """
-    from perfguard.store import Store
-    from perfguard.store.url import resolve
-
-    url = resolve(db_url, cwd=root)
-    path = url.sqlite_path
-    if url.is_default:
-        reporter.say(
-            f"no history store given (--db or PERFGUARD_DB): an untrusted check never reads {path}, inside "
-            "the work tree under review; the baseline is measured here, kept with the results"
-        )
-        return None
-    if path is not None and not path.exists():
-        reporter.say(f"no history store at {path} yet: the baseline is measured here, kept with the results")
-        return None
-    return Store.open(url, cwd=root, read_only=True)
-
-
-@contextmanager
-def interrupts_as_errors(kept: Callable[[], str] | None = None) -> Iterator[None]:
-    """Ctrl-C or SIGTERM (a CI job cancelled, a runner shutting down) stop the measurement cleanly.
-
-    SIGTERM is turned into KeyboardInterrupt so that ``finally`` blocks run (the round's process
-    is killed, git worktrees and scratch directories removed); either becomes
-    :class:`perfguard.errors.Interrupted` (exit 130 for Ctrl-C, 143 for SIGTERM) with a message that
-    says what was kept: every round is stored when it ends (:meth:`Bench.measure`), so an
-    interruption loses the round in progress, never a finished one.  ``kept``: what was stored so
-    far, in words ("" for nothing).
-    """
-    from perfguard.errors import Interrupted
-
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt("SIGTERM")
-
-    in_main = threading.current_thread() is threading.main_thread()
-    if in_main:
-        signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    except KeyboardInterrupt as exc:
-        why = str(exc) or "Ctrl-C"
-        stored = kept() if kept is not None else ""
-        if stored:
-            what = f"kept the finished rounds ({stored}); the round in progress was dropped"
-            hint = "run the same check again: it resumes with the kept rounds and measures only the rest"
-        else:
-            what = "nothing of this measurement was stored"
-            hint = "run the command again"
-        raise Interrupted(f"interrupted ({why}): {what}", hint=hint, sigterm=why == "SIGTERM") from None
-    finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)

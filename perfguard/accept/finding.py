@@ -1,32 +1,8 @@
-"""Accepted regressions: a maintainer says a regression is intended, within a scope and a ceiling.
+"""Where acceptances come from: the grammar, commit trailers, approvals and the history store.
 
-A correctness fix that costs 30% must not fail every check after it, and must not need the gate
-turned off.  An **acceptance** names a scope (implementation glob, benchmark glob, optionally a
-metric and parameter globs), a ratio ceiling and a reason::
-
-    Perfguard-Accept: improved Forward.track_time <=1.35 "exact masking costs a pass"
-    Perfguard-Accept: dilated * seq_len=512 <=2.1 "the reference path runs twice, on purpose"
-
-It comes from a line of that form in a commit message (a *trailer*; any line of the message, so
-that squash merges keep it) or from ``perfguard accept`` (recorded in the history store).  Applied
-to a finished comparison (:func:`apply_acceptances`), every ``regression`` inside the scope and
-within the ceiling becomes ``accepted`` (which does not fail the check) and says who accepted it,
-why and up to what; beyond the ceiling or outside the scope it stays a regression.
-
-**Trust** (docs/ci.md, "Trust model"; docs/living-with-regressions.md): an acceptance counts only
-when a trusted party made it.  ``perfguard accept`` writes the history store, which only trusted
-contexts can write, so its acceptances are trusted.  A trailer is written by the pull request's
-own code: it is trusted only when a maintainer approved it (``approved_by``: the workflow passes
-the login of the maintainer who applied the approval label, after checking their permission).
-Untrusted acceptances are ignored, and the check says so.
-
-Grammar of one acceptance (trailer value, or ``perfguard accept``'s arguments)::
-
-    IMPL BENCHMARK [metric=METRIC] [NAME=GLOB ...] <=CEILING REASON...
-
-``IMPL`` and ``BENCHMARK`` are shell globs (``*`` for all; the benchmark glob matches the name with
-or without asv's module: ``Forward.track_time``, ``Work.track_forward_*``); ``CEILING`` is a ratio
-above 1 (1.35 = up to 35% worse); the rest of the line is the reason (quotes optional).
+An acceptance is read from a ``Perfguard-Accept`` trailer of a commit in the range a check brings
+in, or from the store (``perfguard accept``); :func:`find_acceptances` returns the trusted ones and
+every other with why it does not count (:mod:`perfguard.accept`, "Trust").
 """
 
 from __future__ import annotations
@@ -35,16 +11,16 @@ import math
 import re
 import shlex
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfguard.errors import UsageError
-from perfguard.metrics import NAMES, REPORTED_METRICS
-from perfguard.store.acceptances import AcceptanceRecord, AcceptanceTerms, short_benchmark
+from perfguard.metrics import NAMES
+from perfguard.store.acceptances import AcceptanceRecord, AcceptanceTerms
+from perfguard.store.check_summary import IgnoredAcceptance
 
 if TYPE_CHECKING:
-    from perfguard.compare import Item, SuiteComparison
     from perfguard.store import Store
 
 TRAILER = "Perfguard-Accept"
@@ -112,23 +88,11 @@ class Acceptance(AcceptanceRecord):
 
 
 @dataclass(frozen=True)
-class Ignored:
-    """An acceptance that does not count, and why (untrusted, unreadable)."""
-
-    sha: str
-    text: str
-    why: str
-
-    def as_json(self) -> dict[str, str]:
-        return {"sha": self.sha, "text": self.text, "why": self.why}
-
-
-@dataclass(frozen=True)
 class Found:
     """The acceptances that apply to a commit range: the trusted ones, and the rest with why."""
 
     trusted: tuple[Acceptance, ...] = ()
-    ignored: tuple[Ignored, ...] = ()
+    ignored: tuple[IgnoredAcceptance, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -298,27 +262,27 @@ class Approval:
 
 def trailer_acceptances(
     messages: Iterable[CommitMessage], *, approval: Approval | None
-) -> tuple[list[Acceptance], list[Ignored]]:
+) -> tuple[list[Acceptance], list[IgnoredAcceptance]]:
     """The trailers of these commits: trusted where ``approval`` covers their commit, else ignored."""
     found: list[Acceptance] = []
-    ignored: list[Ignored] = []
+    ignored: list[IgnoredAcceptance] = []
     for commit in messages:
         for value in trailer_values(commit.message):
             where = f"{TRAILER} trailer in {commit.sha[:10]}"
             try:
                 spec = parse_line(value, where=where)
             except AcceptError as exc:
-                ignored.append(Ignored(commit.sha, value, exc.format_message().replace("\n", " ")))
+                ignored.append(IgnoredAcceptance(commit.sha, value, exc.format_message().replace("\n", " ")))
                 continue
             if approval is None:
-                ignored.append(Ignored(commit.sha, value, _UNAPPROVED))
+                ignored.append(IgnoredAcceptance(commit.sha, value, _UNAPPROVED))
                 continue
             if commit.sha not in approval.commits:
                 why = (
                     f"{approval.by}'s approval covers the commits of the pull request they approved, "
                     "not this one (approve the pull request that brought it in)"
                 )
-                ignored.append(Ignored(commit.sha, value, why))
+                ignored.append(IgnoredAcceptance(commit.sha, value, why))
                 continue
             record = spec.record(
                 source="trailer", author=commit.author, trusted=True, approved_by=approval.by
@@ -346,196 +310,15 @@ def find_acceptances(
     """
     head_commit = head.split("+dirty.", 1)[0]
     trusted: list[Acceptance] = []
-    ignored: list[Ignored] = []
+    ignored: list[IgnoredAcceptance] = []
     if store is not None:
         for stored in store.acceptances(range_shas(root, base, head_commit)):
             acceptance = Acceptance.of(stored, stored.sha, stored.id)
             if stored.trusted:
                 trusted.append(acceptance)
             else:
-                ignored.append(Ignored(stored.sha, acceptance.describe(), "stored as untrusted"))
+                ignored.append(IgnoredAcceptance(stored.sha, acceptance.describe(), "stored as untrusted"))
     from_trailers, unapproved = trailer_acceptances(
         commit_messages(root, base, head_commit), approval=approval
     )
     return Found(tuple(trusted + from_trailers), tuple(ignored + unapproved))
-
-
-# --------------------------------------------------------------------------------------------
-# applying acceptances to a comparison
-# --------------------------------------------------------------------------------------------
-
-
-def beyond_ceiling(item: Item, ceiling: float) -> bool:
-    """Whether an item is worse than an accepted ceiling, by the gate's own margins.
-
-    Memory and work counts are exact: their ratio above the ceiling.  A timing needs its ratio
-    above the ceiling *and* its interval's lower end above 1 + (ceiling - 1) / 2, the margin a
-    regression needs over the threshold (docs/verdicts.md, stage 1), so noise around an accepted
-    ratio cannot fail a check that the same noise could not fail without the acceptance.
-    """
-    from perfguard.metrics import DETERMINISTIC_METRICS
-
-    if item.ratio is None:  # infinitely worse (from 0), or no number at all
-        return True
-    if item.ratio <= ceiling:
-        return False
-    if item.metric in DETERMINISTIC_METRICS or item.ci_low is None:
-        return True
-    return item.ci_low > 1.0 + (ceiling - 1.0) / 2.0
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What one acceptance did to one item."""
-
-    key: tuple[str, str]
-    acceptance: Acceptance
-    accepted: bool  # False: in scope but beyond the ceiling (still a regression)
-
-
-@dataclass(frozen=True)
-class Applied:
-    """A comparison after the acceptances: the new result, what each acceptance did, what was ignored."""
-
-    result: SuiteComparison
-    decisions: tuple[Decision, ...] = ()
-    acceptances: tuple[Acceptance, ...] = ()
-    ignored: tuple[Ignored, ...] = ()
-
-    @property
-    def accepted(self) -> tuple[Decision, ...]:
-        return tuple(d for d in self.decisions if d.accepted)
-
-    @property
-    def over_ceiling(self) -> tuple[Decision, ...]:
-        return tuple(d for d in self.decisions if not d.accepted)
-
-    @property
-    def exit_code(self) -> int:
-        return self.result.exit_code
-
-    def summary(self) -> dict[str, Any]:
-        """JSON for the stored check (``summary["acceptances"]``): each acceptance with the items it
-        accepted and the ones it could not (over its ceiling), and every ignored one with why."""
-        rows = []
-        for acceptance in self.acceptances:
-            mine = [d for d in self.decisions if d.acceptance is acceptance]
-            rows.append(
-                {
-                    **acceptance.as_json(),
-                    "accepted": [_label(d.key) for d in mine if d.accepted],
-                    "over_ceiling": [_label(d.key) for d in mine if not d.accepted],
-                }
-            )
-        return {"applied": rows, "ignored": [i.as_json() for i in self.ignored]}
-
-    def lines(self) -> list[str]:
-        """What to say in the log: one line per acceptance that matched something, per ignored one."""
-        out = []
-        for acceptance in self.acceptances:
-            mine = [d for d in self.decisions if d.acceptance is acceptance]
-            if not mine:
-                out.append(f"acceptance {acceptance.describe()}: no regression in its scope")
-                continue
-            took = sum(d.accepted for d in mine)
-            over = len(mine) - took
-            text = f"acceptance {acceptance.describe()}: {took} item(s) accepted"
-            if over:
-                text += f", {over} over its ceiling (still regressions)"
-            out.append(text)
-        out += [f"ignored acceptance in {i.sha[:10]} ({i.text}): {i.why}" for i in self.ignored]
-        return out
-
-
-def _label(key: tuple[str, str]) -> str:
-    return f"{short_benchmark(key[0])}({key[1]})"
-
-
-def _source_of(item: Item) -> tuple[str, str] | None:
-    """The key of the timing a reported, derived item comes from (tokens/s, TFLOP/s), or None.
-
-    Since issue 14 a derived item carries its source timing's verdict (one measurement, one
-    verdict); it is never accepted on its own, it follows its source.  A perfguard whose compare
-    has no derived items (``derived_source`` absent) gives None: every item stands alone.
-    """
-    from perfguard import compare
-
-    derived_source = getattr(compare, "derived_source", None)
-    source = derived_source(item.benchmark) if derived_source is not None else None
-    if source is None or item.gated or item.metric not in REPORTED_METRICS:
-        return None
-    return (source, item.params_key)
-
-
-def _follow_accepted_sources(items: list[Item]) -> list[Item]:
-    """A derived item whose source timing was just accepted reads ``accepted`` too."""
-    from perfguard.compare import Verdict, describe
-
-    by_key = {i.key: i for i in items}
-    out = []
-    for item in items:
-        key = _source_of(item)
-        source = by_key.get(key) if key is not None else None
-        if source is None or source.verdict is not Verdict.ACCEPTED or item.verdict is not Verdict.REGRESSION:
-            out.append(item)
-            continue
-        own = item.reason.split("; verdict of ", 1)[0]
-        label = describe(source.benchmark, source.metric)
-        out.append(replace(item, verdict=Verdict.ACCEPTED, reason=f"{own}; verdict of {label}: accepted"))
-    return out
-
-
-def apply_acceptances(
-    result: SuiteComparison, found: Found | Sequence[Acceptance], *, ignored: Sequence[Ignored] = ()
-) -> Applied:
-    """Turn the regressions within a trusted acceptance's scope and ceiling into ``accepted``.
-
-    Call it on the final comparison (after stage 2).  Only ``regression`` items change; an item
-    that several acceptances cover takes the one with the highest ceiling (the most permissive
-    trusted statement).  Beyond every covering ceiling it stays a regression and its reason says
-    which ceiling it broke.  Untrusted acceptances passed here are ignored (a caller's mistake
-    cannot make one count).
-    """
-    from perfguard.compare import SuiteComparison, Verdict
-
-    if isinstance(found, Found):
-        candidates, ignored_all = list(found.trusted), list(found.ignored) + list(ignored)
-    else:
-        candidates, ignored_all = list(found), list(ignored)
-    usable = []
-    for acceptance in candidates:
-        if acceptance.trusted:
-            usable.append(acceptance)
-        else:
-            ignored_all.append(Ignored(acceptance.sha, acceptance.describe(), "not trusted"))
-    decisions: list[Decision] = []
-    items = []
-    for item in result.items:
-        covering = [a for a in usable if a.covers(item.impl, item.benchmark, item.metric, item.params)]
-        if item.verdict is not Verdict.REGRESSION or not covering or _source_of(item) is not None:
-            items.append(item)
-            continue
-        best = max(covering, key=lambda a: a.ceiling)
-        if beyond_ceiling(item, best.ceiling):
-            decisions += [Decision(item.key, a, False) for a in covering]
-            over = (
-                f"over the accepted ceiling {best.ceiling:g} ({best.signed}: {best.reason!r}, {best.origin})"
-            )
-            items.append(replace(item, reason=f"{item.reason}; {over}"))
-            continue
-        decisions.append(Decision(item.key, best, True))
-        items.append(
-            replace(
-                item,
-                verdict=Verdict.ACCEPTED,
-                reason=f"accepted up to {best.ceiling:g}× by {best.signed}: {best.reason!r} ({best.origin}); "
-                f"{item.reason}",
-            )
-        )
-    items = _follow_accepted_sources(items)
-    return Applied(
-        result=SuiteComparison(items=tuple(items), suspects=result.suspects),
-        decisions=tuple(decisions),
-        acceptances=tuple(usable),
-        ignored=tuple(ignored_all),
-    )
