@@ -16,9 +16,9 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from perfguard.report import load_check, render_html
-from perfguard.report.formatting import format_value
 from perfguard.store import Store
 from perfguard.store.models import CheckItem
+from perfguard.units import format_value
 
 pytestmark = pytest.mark.slow
 

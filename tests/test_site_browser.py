@@ -20,8 +20,9 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from perfguard.report import build_site
-from perfguard.report.formatting import format_value, short_sha
+from perfguard.report.formatting import short_sha
 from perfguard.store.models import Commit, Machine, Result, Run
+from perfguard.units import format_value
 
 pytestmark = pytest.mark.slow
 
