@@ -198,10 +198,7 @@ def build(
         if why is not None:
             raise Unsupported(why)
         overrides["backend"] = backend
-    if spec.multihead:
-        overrides.update(embed_dim=shape.num_heads * shape.head_dim, num_heads=shape.num_heads)
-    else:
-        overrides["num_heads"] = shape.num_heads
+    overrides.update(head_overrides(spec.multihead, shape))
     try:
         module = spec.build("bench", device=device, dtype=torch_dtype, **overrides)
         bench_shape = type(spec.bench.shape)(shape.batch, seq_len, shape.num_heads, shape.head_dim)
@@ -224,6 +221,14 @@ def build(
         forward_flops=4.0 * shape.batch * pairs * shape.head_dim,
         backend=backend,
     )
+
+
+def head_overrides(multihead: bool, shape: Any) -> dict[str, int]:
+    """The constructor arguments a profile's head shape gives a module: a multihead module takes its
+    embedding size and heads, a core module its heads (the distributed suite builds its ring the same way)."""
+    if multihead:
+        return {"embed_dim": shape.num_heads * shape.head_dim, "num_heads": shape.num_heads}
+    return {"num_heads": shape.num_heads}
 
 
 def _jsonable(value: Any) -> Any:

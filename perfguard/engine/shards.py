@@ -66,10 +66,7 @@ def build(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Pr
         overrides.update(ring_size=None, sequence_parallel=True)
     else:
         overrides["sequence_parallel"] = False
-    if spec.multihead:
-        overrides.update(embed_dim=shape.num_heads * shape.head_dim, num_heads=shape.num_heads)
-    else:
-        overrides["num_heads"] = shape.num_heads
+    overrides.update(cases.head_overrides(spec.multihead, shape))
     try:
         module = spec.build("bench", device=device, dtype=torch_dtype, **overrides)
         inputs = _shard(spec.multihead, shape, lengths[rank], device, torch_dtype, seed=1000 + rank)
