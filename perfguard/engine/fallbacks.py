@@ -44,16 +44,21 @@ class FallbackWatch:
     def watch(self, case: str) -> Iterator[Caught]:
         """Run a benchmark of ``case``; RuntimeWarnings inside go to the yielded :class:`Caught`."""
         caught = Caught()
-        with warnings.catch_warnings(record=True) as records:
-            warnings.simplefilter("always", RuntimeWarning)
-            try:
+        records: list[warnings.WarningMessage] = []
+        try:
+            with warnings.catch_warnings(record=True) as records:
+                warnings.simplefilter("always", RuntimeWarning)
                 yield caught
-            finally:
-                for w in records:
-                    if issubclass(w.category, RuntimeWarning):
-                        caught.messages.append(f"{w.message} ({w.filename}:{w.lineno})")
-                    else:
-                        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        finally:
+            # Other warnings are shown only here, after ``catch_warnings`` has put the original
+            # ``showwarning`` back: inside the block it appends to ``records``, so re-showing them
+            # there appended each to the list being walked, for ever (issue 26: a worker spun on
+            # the first backward's "no current CUDA context" UserWarning until its time ran out).
+            for w in records:
+                if issubclass(w.category, RuntimeWarning):
+                    caught.messages.append(f"{w.message} ({w.filename}:{w.lineno})")
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
         if caught.messages:
             self._tainted.setdefault(case, caught.messages[0])
 
