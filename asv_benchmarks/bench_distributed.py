@@ -30,17 +30,24 @@ distributed`` or ``distributed-quick`` (``perfguard.engine.rounds``; gloo on the
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from attention.registry import names
 from perfguard import profiles
-from perfguard.engine import cases, outcomes, passes, shards, timing
+from perfguard.declaration import SOURCE_ENV
+from perfguard.engine import cases, guarded, outcomes, passes, shards, timing
 from perfguard.engine.outcomes import Outcome
+
+# the guarded package of the repository this suite belongs to (plain asv), or of the commit a
+# perfguard round measures ($PERFGUARD_SOURCE, set by the round): docs/guarding-your-package.md
+os.environ.setdefault(SOURCE_ENV, str(Path(__file__).absolute().parent.parent))
+names = guarded.current().names
 
 DEVICE = cases.device_from_environment()
 _ACTIVE = profiles.from_environment(cuda=DEVICE == "cuda")

@@ -25,6 +25,8 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "files",
         "output_paths",
         "config",
+        "declaration",
+        "declare",
         "profiles",
         "gitrepo",
         "tree_state",
@@ -49,6 +51,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "engine.communication",
     ),
     (
+        "engine.guarded",
         "engine.cases",
         "engine.passes",
         "engine.outcomes",

@@ -60,12 +60,13 @@ def verify(
     import time
 
     started = time.perf_counter() if started is None else started
+    from perfguard.engine import guarded
     from perfguard.errors import UsageError
-    from perfguard.verify import merged_registry, preload, run_verify, scope
+    from perfguard.verify import preload, run_verify, scope
 
     if seq_len is not None and seq_len < 1:
         raise UsageError(f"--seq-len must be a positive integer, got {seq_len}")
-    registry = merged_registry()
+    registry = guarded.current().implementations  # the declared package, from this tree (exit 2 else)
     chosen, chosen_dtypes = scope(
         registry,
         impls=tuple(impls),

@@ -36,8 +36,8 @@ from perfguard.output_paths import output_path
     "impls",
     multiple=True,
     metavar="NAME",
-    help="Repeatable. Implementation names from attention.registry (default: all), plus any "
-    "added by PERFGUARD_EXTRA_IMPLS=module:attr.",
+    help="Repeatable. Implementation names of the guarded package's registry ([tool.perfguard] "
+    "registry in pyproject.toml; default: all).",
 )
 @click.option("--seq-len", type=int, default=None, help="Sequence length (default: the registry's config).")
 @click.option(

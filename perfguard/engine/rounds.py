@@ -49,6 +49,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from perfguard.declaration import SOURCE_ENV, read_declaration
 from perfguard.engine import round_output
 from perfguard.engine.round_protocol import DoneEvent, Event, PlanEvent, ResultEvent, StartEvent, WorkerSpec
 from perfguard.engine.round_worker import case_of
@@ -57,8 +58,6 @@ from perfguard.errors import BenchmarkError
 from perfguard.profiles import DEVICE_ENV, DISTRIBUTED_SUITE, PROFILE_ENV, Profile
 from perfguard.store.records import ResultRecord
 
-#: The package whose code differs between the commits perfguard compares.
-PACKAGE = "attention"
 #: Where compilation caches live (one subdirectory per trust domain); default ~/.cache/perfguard/compile.
 CACHE_ENV = "PERFGUARD_CACHE_DIR"
 TRUST_DOMAINS = ("trusted", "untrusted")
@@ -69,7 +68,7 @@ class Target:
     """What one round measures: the commit it is labelled with, and where its ``attention`` lives."""
 
     sha: str  # a commit of the repository (for a dirty tree: HEAD)
-    source: Path  # the directory whose attention/ package is measured
+    source: Path  # the tree whose declared package ([tool.perfguard] package) is measured
 
 
 @dataclass
@@ -105,15 +104,15 @@ class Progress:
 
 
 def import_shim(source: Path, parent: Path, benchmark_dir: Path | None = None) -> Path:
-    """A scratch directory holding ``attention -> <source>/attention`` (and the suite), first on sys.path."""
+    """A scratch directory holding ``<package> -> <source>/<package>`` (and the suite), first on sys.path.
+
+    The package is the one ``source``'s own ``pyproject.toml`` declares (:mod:`perfguard.declaration`):
+    each side of a check is measured by its own commit's declaration, so a pull request cannot change
+    what its baseline measures.  A tree without a declaration is a ``ConfigError`` (exit 2).
+    """
+    declaration = read_declaration(source)
     shim = Path(tempfile.mkdtemp(prefix="import-shim-", dir=parent))
-    package = source / PACKAGE
-    if not (package / "__init__.py").exists():
-        raise BenchmarkError(
-            f"{source} has no {PACKAGE}/ package to benchmark",
-            hint="the commit predates the attention package, or the checkout is incomplete",
-        )
-    (shim / PACKAGE).symlink_to(package.resolve(), target_is_directory=True)
+    (shim / declaration.package).symlink_to(declaration.package_dir, target_is_directory=True)
     if benchmark_dir is not None:
         (shim / benchmark_dir.name).symlink_to(benchmark_dir, target_is_directory=True)
     return shim
@@ -194,6 +193,7 @@ class RoundRunner:
             **os.environ,
             **compile_cache_env(self.trust),
             "PYTHONUNBUFFERED": "1",
+            SOURCE_ENV: str(target.source),
             PROFILE_ENV: self.profile.name,
             DEVICE_ENV: self.device,
         }
