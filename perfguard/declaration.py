@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfguard.errors import ConfigError
+from perfguard.errors import ConfigError, GitError
+from perfguard.gitrepo import repo_root
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -91,12 +91,9 @@ def repository_root(cwd: Path | None = None) -> Path:
         return Path(wanted).resolve()
     start = (cwd or Path.cwd()).resolve()
     try:
-        proc = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel"], cwd=start, capture_output=True, text=True, check=False
-        )
-    except OSError:
+        return repo_root(start).resolve()
+    except GitError:
         return start
-    return Path(proc.stdout.strip()).resolve() if proc.returncode == 0 and proc.stdout.strip() else start
 
 
 def read_declaration(root: Path) -> Declaration:

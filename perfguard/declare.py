@@ -17,8 +17,9 @@ How one is built: ``factory`` (``"module:attribute"`` or a callable) is called w
 ``kwargs`` for the target (``cpu`` / ``gpu`` verification, ``bench``), and with the arguments
 perfguard gives for a benchmark shape (``segment_lengths`` and ``dilation_rates`` for the length,
 ``num_heads``, ``embed_dim`` for a multihead module, ``mode``, ``device``, ``dtype``): each one only
-when the factory's signature takes it (or takes ``**kwargs``), so a class that has no ``num_heads``
-is built without one.  A factory without ``device`` / ``dtype`` gets ``.to(device, dtype)``.
+when the factory's signature names it (``**kwargs`` names none) or the entry's config has it, so a
+class that has no ``num_heads`` is built without one.  A factory without ``device`` / ``dtype``
+gets ``.to(device, dtype)``.
 """
 
 from __future__ import annotations
@@ -124,11 +125,8 @@ class Implementation:
         factory = self.cls
         takes = _parameters(factory)
         placed = {"device": device, "dtype": dtype}
-        if takes is None:  # **kwargs: every argument, placed with .to() afterwards
-            kwargs, takes = offered, frozenset()
-        else:
-            kwargs = {k: v for k, v in offered.items() if k in takes or k in cfg.kwargs}
-            kwargs.update({k: v for k, v in placed.items() if v is not None and k in takes})
+        kwargs = {k: v for k, v in offered.items() if k in takes or k in cfg.kwargs}
+        kwargs.update({k: v for k, v in placed.items() if v is not None and k in takes})
         module = factory(**kwargs)
         rest = {k: v for k, v in placed.items() if v is not None and k not in takes}
         return (module.to(**rest) if rest else module).eval()
@@ -155,12 +153,11 @@ class Implementation:
         return out[0], out[1], out[2]
 
 
-def _parameters(factory: Callable[..., Any]) -> frozenset[str] | None:
-    """The keyword names ``factory`` takes; None when it takes ``**kwargs`` (or cannot be read)."""
+def _parameters(factory: Callable[..., Any]) -> frozenset[str]:
+    """The keyword names ``factory``'s signature names (``**kwargs`` names none of them)."""
     try:
         params = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return frozenset(p.name for p in params if p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+        return frozenset()
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return frozenset(p.name for p in params if p.kind in named)

@@ -52,6 +52,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ),
     (
         "engine.guarded",
+        "engine.asv_suite",
         "engine.cases",
         "engine.passes",
         "engine.outcomes",
@@ -71,6 +72,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "changepoints",
         "calibrate",
         "verify",
+        "scaffold",
         "fidelity",
     ),  # the commands' libraries
     ("api",),
