@@ -17,7 +17,8 @@ How one is built: ``factory`` (``"module:attribute"`` or a callable) is called w
 ``kwargs`` for the target (``cpu`` / ``gpu`` verification, ``bench``), and with the arguments
 perfguard gives for a benchmark shape (``segment_lengths`` and ``dilation_rates`` for the length,
 ``num_heads``, ``embed_dim`` for a multihead module, ``mode``, ``device``, ``dtype``): each one only
-when the factory's signature names it (``**kwargs`` names none) or the entry's config has it, so a
+when the factory's signature names it (``**kwargs`` names none) or the entry's config has it
+(``mode`` too when the entry declares ``modes``), so a
 class that has no ``num_heads`` is built without one.  A factory without ``device`` / ``dtype``
 gets ``.to(device, dtype)``.
 """
@@ -125,7 +126,9 @@ class Implementation:
         factory = self.cls
         takes = _parameters(factory)
         placed = {"device": device, "dtype": dtype}
-        kwargs = {k: v for k, v in offered.items() if k in takes or k in cfg.kwargs}
+        # the entry's own keywords always; `mode` when it declares modes; the others where named
+        own = {*cfg.kwargs, *(("mode",) if self.modes else ())}
+        kwargs = {k: v for k, v in offered.items() if k in takes or k in own}
         kwargs.update({k: v for k, v in placed.items() if v is not None and k in takes})
         module = factory(**kwargs)
         rest = {k: v for k, v in placed.items() if v is not None and k not in takes}
