@@ -180,7 +180,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
     return Guarded(repo, python, env, init.stdout)
 
 
-def test_init_wrote_what_the_guide_lists_and_never_overwrites(guarded: Guarded) -> None:
+def init_wrote_what_the_guide_lists_and_never_overwrites(guarded: Guarded) -> None:
     for path in ("asv.conf.json", "asv_benchmarks/bench_attention.py", f"{PACKAGE}/perfguard_registry.py",
                  ".github/workflows/perfguard-main.yml", ".github/workflows/perfguard-pr.yml"):  # fmt: skip
         assert f"wrote   {path}" in guarded.init_output, guarded.init_output
@@ -192,7 +192,7 @@ def test_init_wrote_what_the_guide_lists_and_never_overwrites(guarded: Guarded) 
     assert git(guarded.repo, "status", "--porcelain") == ""  # nothing was touched
 
 
-def test_verify_checks_both_and_says_where_they_differ_from_the_reference(
+def verify_checks_both_and_says_where_they_differ_from_the_reference(
     guarded: Guarded, tmp_path: Path
 ) -> None:
     report = tmp_path / "verify.json"
@@ -208,17 +208,17 @@ def test_verify_checks_both_and_says_where_they_differ_from_the_reference(
     assert "dilated [cpu float32] reference: rel err" in ran.stdout
 
 
-def test_a_planted_slowdown_fails_naming_only_that_one_and_a_comment_passes(
+def a_planted_slowdown_fails_naming_only_that_one_and_a_comment_passes(
     guarded: Guarded, tmp_path: Path
 ) -> None:
     repo = guarded.repo
-    recorded = guarded.perfguard("run", "--profile", "quick", "--bench", WORK, "--rounds", "2")
+    recorded = guarded.perfguard("run", "--profile", "quick", "--bench", WORK, "--rounds", "1")
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
 
     git(repo, "checkout", "-q", "slow")
     out = tmp_path / "slow.json"
     slow = guarded.perfguard("check", "--baseline", "main", "--profile", "quick", "--bench", WORK,
-                             "--rounds", "2", "--no-verify", "--json", str(out))  # fmt: skip
+                             "--rounds", "1", "--no-verify", "--json", str(out))  # fmt: skip
     assert slow.returncode == 1, slow.stdout + slow.stderr
     items = json.loads(out.read_text())["items"]
     regressed = {i["impl"] for i in items if i["verdict"] == "regression" and i["gated"]}
@@ -231,7 +231,7 @@ def test_a_planted_slowdown_fails_naming_only_that_one_and_a_comment_passes(
     git(repo, "checkout", "-q", "comment")
     out = tmp_path / "comment.json"
     same = guarded.perfguard("check", "--baseline", "main", "--profile", "quick", "--bench", WORK,
-                             "--rounds", "2", "--no-verify", "--json", str(out))  # fmt: skip
+                             "--rounds", "1", "--no-verify", "--json", str(out))  # fmt: skip
     assert same.returncode == 0, same.stdout + same.stderr
     items = json.loads(out.read_text())["items"]
     assert len(items) == 8 and all(i["verdict"] == "unchanged" for i in items), items
@@ -242,3 +242,33 @@ def test_a_planted_slowdown_fails_naming_only_that_one_and_a_comment_passes(
     assert rendered.returncode == 0, rendered.stdout + rendered.stderr
     index = (site / "index.html").read_text()
     assert "multihead_dilated" in index and "dilated" in index
+
+
+def the_suite_init_wrote_runs_under_plain_asv(guarded: Guarded) -> None:
+    """``python -m asv run`` on the repository as ``perfguard init`` left it: no perfguard driving it."""
+    env = {**guarded.env, "PERFGUARD_DEVICE": "cpu"}
+    asv = [str(guarded.python), "-m", "asv"]
+    machine = run([*asv, "machine", "--yes", "--machine", "plain"], guarded.repo, env)
+    assert machine.returncode == 0, machine.stdout + machine.stderr
+    proc = run([*asv, "run", "-E", "existing:same", "--set-commit-hash", "HEAD", "--machine", "plain",
+                "-b", r"Work\.track_forward_ops", "--show-stderr"], guarded.repo, env)  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "failed" not in out.lower(), out
+    results = list((guarded.repo / ".asv" / "results" / "plain").glob("*-existing*.json"))
+    assert results, out
+    data = json.loads(results[0].read_text())
+    ops = data["results"]["bench_attention.Work.track_forward_ops"]
+    # two implementations x two lengths (quick): every one measured, none skipped or failed
+    assert ops[1] == [["'dilated'", "'multihead_dilated'"], ["512", "1024"], ["'float32'"]], ops
+    assert all(isinstance(v, float) and v > 0 for v in ops[0]), ops
+
+
+def test_dilated_attention_pytorch_guarded_as_the_guide_says(guarded: Guarded, tmp_path: Path) -> None:
+    """The guide's steps in its order, in one test: the fixture is built once even under xdist
+    (which may hand each test of a module to another worker), and plain asv, which writes .asv/
+    into the work tree, runs last."""
+    init_wrote_what_the_guide_lists_and_never_overwrites(guarded)
+    verify_checks_both_and_says_where_they_differ_from_the_reference(guarded, tmp_path)
+    a_planted_slowdown_fails_naming_only_that_one_and_a_comment_passes(guarded, tmp_path)
+    the_suite_init_wrote_runs_under_plain_asv(guarded)
