@@ -145,6 +145,9 @@ def _attended_pairs(
         segments, rates = kwargs["segment_lengths"], kwargs["dilation_rates"]
         return dilated_attended_pairs(seq_len, num_heads, segments, rates, what)
     core = getattr(module, "attention", module)
+    if not hasattr(core, "segment_lengths") and not hasattr(core, "active_blocks"):
+        counts = core.attention_pattern(seq_len, is_causal=False, num_heads=num_heads)  # its own pattern
+        return int(counts.sum().item())
     active_blocks = getattr(core, "active_blocks", None)
     if active_blocks is not None:  # block-sparse: its own pattern
         bs = int(core.block_size)
