@@ -14,6 +14,7 @@ one forward, on the CPU ``quick`` profile.  No timing is asserted.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -122,9 +123,10 @@ def _perfguard_wheel(tmp: Path) -> Path:
         if (ROOT / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)  # a link (asv_benchmarks/) is copied as its file
+    # the build backend of this environment when it has one (fast, offline), else pip's isolated build
+    isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp / "dist"),
-         str(source)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-w", str(tmp / "dist"), str(source)],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
