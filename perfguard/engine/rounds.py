@@ -4,10 +4,11 @@ A *round* is one fresh process per side (docs/design.md, "Rounds"): process-to-p
 the noise a verdict must see, and one process may measure every selected benchmark of its side.
 :class:`RoundRunner` starts :mod:`perfguard.engine.round_worker` on the asv suite of the checkout perfguard
 runs in (the suite, the timer and perfguard itself always come from there: both sides are measured
-by the same rules, as with ``asv continuous``), with ``attention`` imported from the commit being
-measured: the worker runs in a scratch directory holding two links, ``attention -> <source>/attention``
-(the work tree itself, or a git worktree of another commit) and ``asv_benchmarks -> <suite>``, and
-that directory is the first entry of its ``sys.path``.
+by the same rules, as with ``asv continuous``), with the guarded package imported from the commit
+being measured: the worker runs in a scratch directory holding two links, ``<package> ->
+<source>/<package>`` (the package ``<source>/pyproject.toml`` declares; the work tree itself, or a
+git worktree of another commit) and ``asv_benchmarks -> <suite>``, and that directory is the first
+entry of its ``sys.path``; ``$PERFGUARD_SOURCE`` tells the suite which tree's declaration to read.
 
 Why not ``asv run``: asv starts a discovery process and a fork server (each imports torch) and one
 process per benchmark x parameters; on a GPU most of a round then went to first calls and warm-ups
@@ -65,7 +66,7 @@ TRUST_DOMAINS = ("trusted", "untrusted")
 
 @dataclass(frozen=True)
 class Target:
-    """What one round measures: the commit it is labelled with, and where its ``attention`` lives."""
+    """What one round measures: the commit it is labelled with, and the tree whose package it measures."""
 
     sha: str  # a commit of the repository (for a dirty tree: HEAD)
     source: Path  # the tree whose declared package ([tool.perfguard] package) is measured
