@@ -76,7 +76,9 @@ def verify(
     """Check every implementation against the float64 reference; exit 1 on any failure.
 
     \b
-    Per implementation × device × dtype, in both modes (longnet, head_groups), causal and not:
+    The implementations are those of the package pyproject.toml declares ([tool.perfguard]
+    package and registry), imported from this repository (exit 2 when it declares none).
+    Per implementation × device × dtype, in each of its modes, causal and not:
     build, forward, backward, shape, return contract, every output row written, no NaN/inf,
     declared pattern sane (and equal to dilated's for "same function" implementations),
     output and input gradients against the float64 reference, determinism of two runs.
