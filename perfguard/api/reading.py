@@ -9,17 +9,20 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from perfguard.report import SiteSummary
+    from perfguard.report.terminal import TerminalSummary
     from perfguard.store import StoredSeries
 
 
 @dataclass
 class Rendered:
-    """What ``report`` rendered: the site's summary, and one stored check's reports."""
+    """What ``report`` rendered: the site's summary, and one stored check's reports (``terminal``:
+    what ``perfguard check`` printed for it, when no file format was asked for)."""
 
     site: SiteSummary | None = None
     markdown: str | None = None
     html: str | None = None
     json: dict[str, Any] | None = None
+    terminal: TerminalSummary | None = None
 
 
 def report(
@@ -32,7 +35,8 @@ def report(
     db: str | None = None,
 ) -> Rendered:
     """``perfguard report``: the static history site into ``out_dir``, and/or the reports of stored check
-    ``check_id`` (the formats asked for).  Only reads the store: nothing is created or migrated."""
+    ``check_id`` (the formats asked for; none: its terminal summary, as ``perfguard check`` printed
+    it).  Only reads the store: nothing is created or migrated."""
     from perfguard.errors import UsageError, os_error
 
     formats = {"html": html, "markdown": markdown, "json": json}
@@ -41,12 +45,7 @@ def report(
     if out_dir is None and check_id is None:
         raise UsageError(
             "nothing to render",
-            hint="pass --out DIR for the history site, or --check ID with --html/--markdown/--json PATH",
-        )
-    if check_id is not None and not any(formats.values()):
-        raise UsageError(
-            f"--check {check_id} needs somewhere to write",
-            hint="add --html PATH, --markdown PATH or --json PATH",
+            hint="pass --out DIR for the history site, or --check ID (with --html/--markdown/--json PATH)",
         )
     from perfguard.report import (
         build_site,
@@ -64,6 +63,11 @@ def report(
             rendered.markdown = render_markdown(stored, store=store) if markdown else None
             rendered.html = render_html(stored, store=store) if html else None
             rendered.json = check_to_json(stored, store=store) if json else None
+            if not any(formats.values()):
+                from perfguard.report import build_report
+                from perfguard.report.terminal import terminal_summary
+
+                rendered.terminal = terminal_summary(build_report(stored, store=store))
         if out_dir is not None:
             from perfguard.output_paths import output_path
 

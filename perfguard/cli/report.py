@@ -38,9 +38,11 @@ def report(
     json_path: Path | None,
     db_url: str | None,
 ) -> None:
-    """Render the static history site (--out) or one stored check's report (--check)."""
+    """Render the static history site (--out) or one stored check's report (--check).
+
+    --check ID alone prints the check as ``perfguard check`` did on the terminal."""
     from perfguard import api
-    from perfguard.cli.output import say, write_output
+    from perfguard.cli.output import print_verdicts, say, write_output
     from perfguard.report.formatting import count
 
     rendered = api.report(
@@ -51,6 +53,8 @@ def report(
         json=json_path is not None,
         db=db_url,
     )
+    if rendered.terminal is not None:
+        print_verdicts(rendered.terminal)
     for path, text in (
         (markdown_path, rendered.markdown),
         (html_path, rendered.html),
