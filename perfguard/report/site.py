@@ -50,9 +50,10 @@ from perfguard.report import formatting, site_benchmark, site_index
 from perfguard.report import ranks as ranks_view
 from perfguard.report.charts import PALETTE, loglog_chart
 from perfguard.report.downloads import write_downloads
-from perfguard.report.queries import HISTORY_PURPOSES, open_store, verdict_marks
+from perfguard.report.queries import HISTORY_PURPOSES, check_tallies, open_store, verdict_marks
 from perfguard.report.scaling import Group, groups
 from perfguard.report.series import Series, assemble, mark_checks, mark_steps, page_slug
+from perfguard.report.site_checks import CHECKS_LISTED, check_rows, coverage
 from perfguard.report.site_steps import (
     acceptances_json,
     attach_flags,
@@ -102,6 +103,7 @@ def build_site(
         stored = store.series(purposes=HISTORY_PURPOSES, trusted_only=True)
         machines_stored = store.machines()
         vmarks = verdict_marks(store)
+        tallies = check_tallies(store)
         points = store.change_points()
         accepted = store.acceptances()
     machines, series = assemble(stored, machines_stored)
@@ -124,6 +126,7 @@ def build_site(
     impls = sorted({s.impl for s in series})
     colors = {impl: i for i, impl in enumerate(impls)}
     n_commits = len({c.sha for m in machines for c in m.commits})
+    checks = check_rows(tallies, {c.sha for m in machines for c in m.commits})
     common = {
         "csp": SITE_CSP,
         "inline_assets": False,
@@ -251,6 +254,9 @@ def build_site(
         "site/regressions.html",
         page="regressions",
         marks=site_index.recent_marks(series, slugs),
+        checks=checks[:CHECKS_LISTED],
+        checks_more=max(0, len(checks) - CHECKS_LISTED),
+        covers=coverage(n_commits, len(machines), checks),
         steps=steps,
         acceptances=sorted(accepted, key=lambda a: (a.created_at, a.id), reverse=True),
     )
