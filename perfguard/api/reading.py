@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from perfguard.report import SiteSummary
+    from perfguard.report.lineage import Lineage
     from perfguard.report.terminal import TerminalSummary
     from perfguard.store import StoredSeries
 
@@ -79,6 +80,18 @@ def report(
     return rendered
 
 
+def _lineage(baseline: str, cwd: Path | None) -> Lineage:
+    from perfguard.errors import GitError
+    from perfguard.gitrepo import repo_root
+    from perfguard.report.lineage import lineage
+
+    try:
+        root = repo_root(cwd)
+    except GitError:
+        root = None
+    return lineage(root, baseline)
+
+
 @dataclass
 class History:
     """What ``history`` found: the store it read and the matching series; ``message`` says why
@@ -87,10 +100,23 @@ class History:
     store: str
     series: list[StoredSeries] = field(default_factory=list)
     message: str | None = None
+    lineage: Lineage | None = None  # the baseline branch's first parents: which points are its steps
 
     def to_json(self) -> dict[str, Any]:
-        """``perfguard history --json``."""
-        return {"store": self.store, "series": [s.to_json() for s in self.series]}
+        """``perfguard history --json``: each point says whether it is on the baseline's lineage."""
+        series = [s.to_json() for s in self.series]
+        if self.lineage is not None:
+            for s in series:
+                for point in s["points"]:
+                    point["on_baseline"] = self.lineage.on(point["sha"])
+        baseline = None
+        if self.lineage is not None:
+            baseline = {
+                "ref": self.lineage.ref,
+                "known": self.lineage.shas is not None,
+                "why": self.lineage.why,
+            }
+        return {"store": self.store, "baseline": baseline, "series": series}
 
 
 def history(
@@ -103,12 +129,15 @@ def history(
     include_dirty: bool = False,
     limit: int = 20,
     db: str | None = None,
+    baseline: str = "main",
+    cwd: Path | None = None,
 ) -> History:
     """``perfguard history``: the stored series (newest ``limit`` commits each), filtered; read-only.
 
     ``impl`` matches exactly, ``benchmark`` and ``machine`` by substring.  A ``db`` that names a
     SQLite file that does not exist is a :class:`StoreError`; the default store not existing yet is
-    an empty history with a message.
+    an empty history with a message.  ``baseline``: the branch whose first-parent lineage the
+    changes follow (:mod:`perfguard.report.lineage`; unknown outside a git repository).
     """
     from perfguard.console import visible
     from perfguard.errors import StoreError
@@ -136,7 +165,7 @@ def history(
             match="contains",
         )
         if found:
-            return History(store.url, found)
+            return History(store.url, found, lineage=_lineage(baseline, cwd))
         filters = {"impl": impl, "benchmark": benchmark, "machine": machine}
         given = ", ".join(f"{name}={visible(repr(v))}" for name, v in filters.items() if v is not None)
         if not given:
