@@ -75,6 +75,7 @@ class Point:
     n: int
     method: str | None
     status: str
+    runs: int = 1  # rounds (fresh processes) behind the value: one round's interval is within-process only
 
 
 @dataclass
@@ -219,6 +220,7 @@ def assemble(
                 n=p.n_samples,
                 method=p.method,
                 status=p.status,
+                runs=p.n_runs,
             )
             if p.status == "ok" and p.value is not None and math.isfinite(p.value):
                 series.points.append(point)
