@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
+from html.parser import HTMLParser
 from pathlib import Path
 
 from perfguard.store import CommitRecord, MachineRecord, ResultRecord, Store
@@ -101,3 +102,57 @@ def test_changes_follow_main_and_a_branch_point_is_shown_as_off_it(tmp_path: Pat
         and "changes by commit date (nope's lineage unknown: 'nope' is not a ref"
         in " ".join(unknown.stdout.split())
     )
+
+
+class Others(HTMLParser):
+    """The ``li.other`` commits of a benchmark page and its figure captions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.others: list[str] = []
+        self.captions: list[str] = []
+        self.in_caption = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "li" and a.get("class") == "other":
+            self.others.append(a.get("data-sha") or "")
+        if tag == "figcaption":
+            self.in_caption = True
+            self.captions.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "figcaption":
+            self.in_caption = False
+
+    def handle_data(self, data: str) -> None:
+        if self.in_caption:
+            self.captions[-1] += data
+
+
+def test_the_site_draws_mains_lineage_and_lists_a_branch_point_apart(tmp_path: Path) -> None:
+    repo = tmp_path / "project"
+    shas = build(repo)
+    env = {k: v for k, v in os.environ.items() if k != "PERFGUARD_DB"}
+    env["PYTHONPATH"] = str(ROOT)
+    argv = [sys.executable, "-m", "perfguard", "report", "--out", str(tmp_path / "site")]
+    result = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    [page_path] = [p for p in (tmp_path / "site" / "bench").glob("*.html") if "ring" in p.read_text()]
+    page = Others()
+    page.feed(page_path.read_text())
+    assert page.others == [shas["s1"]]
+    assert page.captions[0].startswith("3 commits;"), page.captions
+    covers = (tmp_path / "site" / "regressions.html").read_text()
+    assert "on main&#39;s first-parent lineage" in covers or "on main's first-parent lineage" in covers
+
+
+def test_a_lineage_that_holds_none_of_the_stored_commits_falls_back_to_the_date_order(tmp_path: Path) -> None:
+    repo = tmp_path / "project"
+    build(repo)
+    git(repo, "checkout", "-q", "--orphan", "elsewhere")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "unrelated")
+    result = history(repo, "--impl", "ring", "--baseline", "elsewhere")
+    assert result.returncode == 0, result.stderr
+    assert "first parents hold none of the stored commits" in " ".join(result.stdout.split())
+    assert "off elsewhere" not in result.stdout and "-72.2%" in result.stdout  # the order by date, as before

@@ -34,6 +34,8 @@ def report(
     html: bool = False,
     json: bool = False,
     db: str | None = None,
+    baseline: str = "main",
+    cwd: Path | None = None,
 ) -> Rendered:
     """``perfguard report``: the static history site into ``out_dir``, and/or the reports of stored check
     ``check_id`` (the formats asked for; none: its terminal summary, as ``perfguard check`` printed
@@ -74,7 +76,7 @@ def report(
 
             site_dir = output_path(out_dir, directory=True)
             try:
-                rendered.site = build_site(store, site_dir)
+                rendered.site = build_site(store, site_dir, lineage=_lineage(baseline, cwd))
             except OSError as exc:  # a full disk halfway through the pages
                 raise os_error(exc, f"writing the site to {site_dir} (left incomplete)") from None
     return rendered
@@ -165,7 +167,8 @@ def history(
             match="contains",
         )
         if found:
-            return History(store.url, found, lineage=_lineage(baseline, cwd))
+            stored = (p.sha for s in found for p in s.points)
+            return History(store.url, found, lineage=_lineage(baseline, cwd).of(stored))
         filters = {"impl": impl, "benchmark": benchmark, "machine": machine}
         given = ", ".join(f"{name}={visible(repr(v))}" for name, v in filters.items() if v is not None)
         if not given:

@@ -9,7 +9,7 @@ request's head, another branch) is shown as such and is never the "before" of a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -32,6 +32,14 @@ class Lineage:
         if self.shas is None:
             return None
         return sha.split("+", 1)[0] in self.shas
+
+    def of(self, shas: Iterable[str]) -> Lineage:
+        """This lineage for the stored commits ``shas``, or an unknown one when it holds none of them
+        (a store of another repository, or of a branch that was never merged): nothing would be
+        left to draw, and the order by date is the better guess."""
+        if self.shas is None or any(self.on(sha) for sha in shas):
+            return self
+        return Lineage(self.ref, None, f"{self.ref}'s first parents hold none of the stored commits")
 
     def previous(self, points: Sequence[P], index: int, sha_of: str = "sha") -> P | None:
         """The point a change of ``points[index]`` is measured from: the newest earlier point on the

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from perfguard.report import formatting
 from perfguard.report.items import FAILING, VERDICT_ORDER, phrase
+from perfguard.report.lineage import Lineage
 from perfguard.report.queries import CheckTally
 
 #: Checks the page lists (newest first); the rest are counted.
@@ -64,13 +65,19 @@ def check_rows(tallies: Iterable[CheckTally], history_shas: set[str]) -> list[Ch
     return rows
 
 
-def coverage(commits: int, machines: int, checks: Sequence[CheckRow]) -> str:
-    """What the page's marks cover, in one sentence."""
+def coverage(commits: int, machines: int, checks: Sequence[CheckRow], lineage: Lineage | None = None) -> str:
+    """What the page's marks cover, in one sentence (and whose lineage the charts follow)."""
     failing = sum(1 for c in checks if c.failing)
     off = sum(1 for c in checks if c.failing and not c.on_history)
+    if lineage is not None and lineage.shas is not None:
+        follows = f" on {lineage.ref}'s first-parent lineage (other commits are listed under their charts)"
+    elif lineage is not None:
+        follows = f" in commit-date order ({lineage.ref}'s lineage unknown: {lineage.why})"
+    else:
+        follows = ""
     text = (
         f"The marks below cover the history charts: {formatting.count(commits, 'commit')} of trusted "
-        f"runs (perfguard run, baselines) on {formatting.count(machines, 'machine')}."
+        f"runs (perfguard run, baselines){follows} on {formatting.count(machines, 'machine')}."
     )
     if checks:
         text += f" {formatting.count(len(checks), 'stored check')}, {failing} with failing items"
