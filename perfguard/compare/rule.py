@@ -37,14 +37,17 @@ def _fmt_ratio(ratio: float, metric: str) -> str:
     return f"{1 / ratio:.2f}× {better}"
 
 
-def _fmt_stats(ratio: float, ci: tuple[float, float], p: float | None, confidence: float) -> str:
-    """ "(95% CI 1.93–2.10, p=3e-6)", the interval in the orientation _fmt_ratio shows."""
+def _fmt_stats(
+    ratio: float, ci: tuple[float, float], p: float | None, confidence: float, p_label: str = ""
+) -> str:
+    """ "(95% CI 1.93–2.10, p=3e-6)", the interval in the orientation _fmt_ratio shows; ``p_label``
+    names the test when it is not the samples' (``rounds p=0.002``)."""
     lo, hi = ci if ratio >= 1 else (1 / ci[1] if ci[1] else math.inf, 1 / ci[0] if ci[0] else math.inf)
     parts = []
     if math.isfinite(lo) and math.isfinite(hi):
         parts.append(f"{round(confidence * 100)}% CI {lo:.2f}–{hi:.2f}")
     if p is not None:
-        parts.append(f"p={format_p(p)}")
+        parts.append(f"{p_label + ' ' if p_label else ''}p={format_p(p)}")
     return f"({', '.join(parts)})" if parts else ""
 
 
@@ -221,10 +224,10 @@ def _decide_timing(pair: Pair, config: Config, p_better: float) -> tuple[Verdict
     alpha = config.alpha
     pct = round(config.confidence * 100)
 
-    def line(p: float | None) -> str:
+    def line(p: float | None, p_label: str = "") -> str:
         label = describe(pair.head.benchmark, pair.head.metric)
         change = _fmt_ratio(r, pair.head.metric)
-        numbers = _fmt_stats(r, pair.ci, p, config.confidence)
+        numbers = _fmt_stats(r, pair.ci, p, config.confidence, p_label)
         return f"{label} {change}{' ' if numbers else ''}{numbers}, threshold {hi:.2f}"
 
     evidence = r > hi and pair.p_adj < alpha and ci_lo > lo_bound
@@ -239,9 +242,19 @@ def _decide_timing(pair: Pair, config: Config, p_better: float) -> tuple[Verdict
         else:
             why = f"the {pct}% CI reaches down to {ci_lo:.2f} (needs > {lo_bound:.2f})"
         return Verdict.UNSTABLE, f"{line(pair.p_adj)}; {why}", pair.p_adj
+    # An improvement: the mirror image, significant over rounds (the unit of independence), not
+    # over samples (docs/verdicts.md, "Improvements"); without that it is unchanged, saying why.
     better_evidence = r < 1 / hi and p_better < alpha and ci_hi < 1 / lo_bound
     if better_evidence and (not noisy or ci_hi < 1 / hi):
-        return Verdict.IMPROVEMENT, line(p_better), p_better
+        return Verdict.IMPROVEMENT, line(p_better, "rounds"), p_better
+    if better_evidence:  # significant over rounds, but noisy and its interval reaches back over 1/(1+t)
+        why = f"too noisy to decide ({_noise_text(pair.noise, config)})"
+        return Verdict.UNSTABLE, f"{line(p_better, 'rounds')}; {why}", p_better
+    if r < 1 / hi and ci_hi < 1 / lo_bound:  # faster beyond the threshold, but not shown over rounds
+        rounds = f"{pair.base.side.k}+{pair.head.side.k} rounds"
+        why = f"not significant over {rounds} (p >= {alpha:g}"
+        why += f" after Bonferroni over {pair.family})" if pair.family > 1 else ")"
+        return Verdict.UNCHANGED, f"{line(p_better, 'rounds')}; not an improvement: {why}", p_better
     shown = None if r < 1 else pair.p_adj  # the p of "worse" says nothing about a speed-up
     text = line(shown)
     if noisy:
@@ -359,8 +372,10 @@ def compare_pairs(pairs: list[Pair], config: Config) -> list[Item]:
         else:
             p_better = 1.0
             hi = 1.0 + p.rule.threshold
-            if p.ratio < 1 / hi:  # only then can it be an improvement; Bonferroni (never fails)
-                p_better = stats.mann_whitney_worse(p.head.side.pooled, p.base.side.pooled, p.head.direction)
+            if p.ratio < 1 / hi:  # only then can it be an improvement: over rounds, Bonferroni
+                p_better = stats.rounds_better(
+                    p.base.side.round_medians, p.head.side.round_medians, p.head.direction
+                )
                 p_better = min(1.0, p_better * (family if p.gated else 1))
             verdict, reason, p_used = _decide_timing(p, config, p_better)
             if verdict is not Verdict.UNCHANGED:
