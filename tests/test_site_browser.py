@@ -223,7 +223,7 @@ def test_compare_page_finds_the_crossover(site: tuple[HistoryFacts, Path]) -> No
         section = page.locator(f'section.group[data-machine="{facts.gpu_key}"][data-benchmark="{FORWARD}"]')
         assert section.count() == 1
         text = section.inner_text()
-        assert re.search(r"between 1024 and 4096\), ring is best", text), text
+        assert re.search(r"between 1024 and 4096\), ring has the best value instead of", text), text
         # The chart's points are the stored latest values.
         for impl in ("dilated", "improved", "ring"):
             circles = section.locator(f'g.impl-line[data-impl="{impl}"] circle')
@@ -474,8 +474,14 @@ def test_work_metrics_have_their_pages(readme_sites: dict[int, tuple[ReadmeFacts
         ):
             assert any(t.startswith(label) for t in titles), titles
         flops = visit.page.locator("section.group").filter(has_text="forward FLOPs · dtype").first
-        exponents = [float(e) for e in flops.locator("td.exponent").all_inner_texts()]
-        assert exponents and all(abs(e - 2.0) < 0.01 for e in exponents)  # 4·n²·h·d FLOPs
+        rows = flops.locator("table.exponents tbody tr").all()
+        assert rows
+        for row in rows:  # 4·n²·h·d FLOPs: O(n²), fitted only to 3 or more lengths (issue 30)
+            exponent, _, points = row.locator("td").all_inner_texts()[:3]
+            if int(points) >= 3:
+                assert abs(float(exponent) - 2.0) < 0.01, exponent
+            else:
+                assert exponent == "–", (exponent, points)
         visit.screenshot("site-work")
         # The index shows the gated timings; tokens/s, TFLOP/s and work metrics are one click away.
         visit.goto((site_dir / "index.html").as_uri())
