@@ -82,6 +82,8 @@ class ImplSpec:
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     core: str | None = None
     guarded: bool = True
+    # what perfguard verify's reference is: this module's own attention_pattern (perfguard.declare)
+    computes: str = "pattern"
 
     @property
     def cls(self) -> type[torch.nn.Module]:

@@ -71,6 +71,10 @@ _TOP_KEYS = {
     "rounds",
     "retry",
     "override",
+    # the guarded package's declaration: read and checked by perfguard.declaration
+    "package",
+    "registry",
+    "source",
 }
 _RETRY_KEYS = {"enabled", "rounds"}
 _SELECTOR_KEYS = ("impl", "benchmark", "metric", "params")

@@ -387,14 +387,22 @@ def test_wrong_numbers_make_the_implementation_broken(repo: Path, tmp_path: Path
 def test_an_implementation_new_in_head_is_new_not_failed(repo: Path, tmp_path: Path) -> None:
     db = sqlite_url(tmp_path)
     git(repo, "checkout", "-q", "new-impl")
-    bench = r"Forward\.track_time\('(dilated|dilated_twin)', 512,"
+    bench = r"(Forward\.track_time|Work\.track_forward_ops)\('(dilated|dilated_twin)', 512,"
     result = perfguard(repo, "check", "--baseline", "main", "--bench", bench, "--rounds", "2", "--json",
-                       str(tmp_path / "r.json"), db=db)  # fmt: skip
+                       str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md"), db=db)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    verdicts = {(i["impl"], i["verdict"]) for i in report(tmp_path / "r.json")["items"]}
+    items = report(tmp_path / "r.json")["items"]
+    verdicts = {(i["impl"], i["verdict"]) for i in items}
     assert ("dilated_twin", "new") in verdicts
     assert not {v for _, v in verdicts} & {"regression", "failed", "broken"}
     assert "1 new" in result.stdout or "new" in result.stdout
+    # its numbers, not just the word: measured in HEAD, shown beside the others, marked new (issue 29)
+    twin = {i["metric"]: i for i in items if i["impl"] == "dilated_twin"}
+    assert twin["time"]["head_value"] > 0 and twin["ops"]["head_value"] > 0
+    markdown = (tmp_path / "r.md").read_text()
+    (row,) = [line for line in markdown.splitlines() if "dilated\\_twin" in line]
+    assert f"🆕 {int(twin['ops']['head_value'])} |" in row, row  # a count: the column names the unit
+    assert f"🆕 {format_value(twin['time']['head_value'], 'seconds')}" in row, row
 
 
 def test_a_dirty_work_tree_is_measured_as_head_plus_changes(repo: Path, tmp_path: Path) -> None:

@@ -25,6 +25,8 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "files",
         "output_paths",
         "config",
+        "declaration",
+        "declare",
         "profiles",
         "gitrepo",
         "tree_state",
@@ -53,6 +55,8 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "engine.communication",
     ),
     (
+        "engine.guarded",
+        "engine.asv_suite",
         "engine.cases",
         "engine.passes",
         "engine.outcomes",
@@ -72,6 +76,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "changepoints",
         "calibrate",
         "verify",
+        "scaffold",
         "fidelity",
     ),  # the commands' libraries
     ("api",),

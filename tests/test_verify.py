@@ -17,16 +17,7 @@ import verify_doubles as doubles
 
 from attention.registry import REGISTRY
 from perfguard.errors import UsageError
-from perfguard.verify import (
-    CHECKS,
-    SCHEMA,
-    external_spec,
-    load_extra_impls,
-    merged_registry,
-    plan,
-    probes,
-    run_verify,
-)
+from perfguard.verify import CHECKS, SCHEMA, plan, probes, run_verify
 from perfguard.verify.results import RowResult
 from perfguard.verify.shared import RunCache
 
@@ -180,7 +171,7 @@ class PrecisionChangingCore(doubles.GoodCore):
 
 
 def test_global_numerics_changes_are_noted_and_undone() -> None:
-    spec = external_spec("precision", f"{__name__}:PrecisionChangingCore", same_function_as="dilated")
+    spec = doubles.entry_for("precision", PrecisionChangingCore, same_function_as="dilated")
     report = run_verify({"precision": spec}, device="cpu")
     assert any("float32_matmul_precision 'highest' -> 'medium'" in n for n in report.rows[0].notes)
     assert torch.get_float32_matmul_precision() == "highest"
@@ -237,7 +228,7 @@ class DeviceRecordingCore(doubles.GoodCore):
 
 def test_patterns_are_asked_for_on_the_rows_device() -> None:
     DeviceRecordingCore.asked.clear()
-    spec = external_spec("recording", f"{__name__}:DeviceRecordingCore", same_function_as="dilated")
+    spec = doubles.entry_for("recording", DeviceRecordingCore, same_function_as="dilated")
     report = run_verify({"recording": spec}, device="cpu")
     assert report.passed
     # verify asks once per case, on the row's device (the double's own forward asks without one)
@@ -301,44 +292,10 @@ def test_non_positive_seq_len_is_a_usage_error() -> None:
         run_verify(doubles.ALL, impls=["good_core"], seq_len=0)
 
 
-# --------------------------------------------------------------------------- PERFGUARD_EXTRA_IMPLS
+# --------------------------------------------------------------------------- registry entries
 
 
-def test_extra_impls_load_from_mapping_list_or_callable(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert set(load_extra_impls("verify_doubles:GOOD")) == {"good_core", "good_multihead"}
-    monkeypatch.setattr(doubles, "AS_LIST", list(doubles.GOOD.values()), raising=False)
-    monkeypatch.setattr(doubles, "AS_CALLABLE", lambda: doubles.BROKEN, raising=False)
-    assert set(load_extra_impls("verify_doubles:AS_LIST")) == set(doubles.GOOD)
-    assert set(load_extra_impls(" verify_doubles:AS_CALLABLE , verify_doubles:GOOD")) == {
-        *doubles.BROKEN,
-        *doubles.GOOD,
-    }
-    assert load_extra_impls("") == {}
-
-
-@pytest.mark.parametrize(
-    ("value", "message"),
-    [
-        ("verify_doubles", "not of the form module:attribute"),
-        ("no_such_module_xyz:IMPLS", "cannot import 'no_such_module_xyz'"),
-        ("verify_doubles:NOPE", "has no attribute 'NOPE'"),
-        ("verify_doubles:count_attention", "using it raised TypeError"),
-        ("verify_doubles:__doc__", "must give ImplSpec objects"),
-        ("verify_doubles:GOOD,verify_doubles:GOOD", "defined twice"),
-    ],
-)
-def test_bad_extra_impls_are_usage_errors(value: str, message: str) -> None:
-    with pytest.raises(UsageError, match=message):
-        load_extra_impls(value)
-
-
-def test_extra_impls_may_not_replace_a_registered_implementation() -> None:
-    clash = {"dilated": external_spec("dilated", "verify_doubles:GoodCore")}
-    with pytest.raises(UsageError, match="redefines registered implementation"):
-        merged_registry(REGISTRY, clash)
-
-
-def test_external_spec_builds_the_class_with_the_registry_config() -> None:
+def test_an_implementation_entry_builds_the_class_with_its_config() -> None:
     spec = doubles.GOOD["good_multihead"]
     module = spec.build("cpu", dtype=torch.float64, mode="head_groups")
     assert isinstance(module, doubles.GoodMultihead) and not module.training

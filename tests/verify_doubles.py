@@ -2,8 +2,9 @@
 
 Each broken class reproduces a bug that earlier "verify" scripts let through
 (research/dilated_attention.md §4–§8).  They are registered into real ``perfguard verify`` runs
-through ``PERFGUARD_EXTRA_IMPLS=verify_doubles:BROKEN`` (with this directory on ``PYTHONPATH``),
-the same mechanism users have for their own kernels.
+the way users register their own kernels: entries (:func:`entry_for`, a
+``perfguard.declare.Implementation``) in the registry a repository's ``[tool.perfguard]`` declares
+(test_verify_cli.py writes such a repository).
 
 The correct classes compute count-weighted softmax attention over :func:`dilated_pattern` in the
 working dtype: the semantics written the plainest way, so the pass path has something to pass.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +24,8 @@ from torch import nn
 from attention._validation import validate_dilation_config, validate_qkv
 from attention.pattern import dilated_pattern as semantics_pattern
 from attention.pattern import head_group_sizes, kept_mask
-from perfguard.verify.plugins import external_spec
+from attention.registry import REGISTRY
+from perfguard.declare import Implementation
 
 # --------------------------------------------------------------------------- correct
 
@@ -434,38 +437,45 @@ class LeakyCausalPatternCore(GoodCore):
 # --------------------------------------------------------------------------- specs
 
 
-def _spec(name: str, cls: type[nn.Module], **fields: object):  # type: ignore[no-untyped-def]
+def entry_for(name: str, cls: type[nn.Module], **fields: Any) -> Implementation:
+    """A registry entry for a double, with the configurations and capabilities of ``dilated``
+    (or ``multihead_dilated``): the doubles declare their own ``attention_pattern``."""
     multihead = issubclass(cls, GoodMultihead)
-    return external_spec(name, f"{__name__}:{cls.__name__}", multihead=multihead, **fields)
+    like = REGISTRY["multihead_dilated" if multihead else "dilated"]
+    copied = {f: getattr(like, f) for f in ("cpu", "gpu", "bench", "modes", "cpu_dtypes", "cuda_dtypes")}
+    return Implementation(name, cls, multihead=multihead, computes="pattern", **{**copied, **fields})
 
 
 GOOD = {
     s.name: s
     for s in (
-        _spec("good_core", GoodCore, same_function_as="dilated"),
-        _spec("good_multihead", GoodMultihead, same_function_as="multihead_dilated"),
+        entry_for("good_core", GoodCore, same_function_as="dilated"),
+        entry_for("good_multihead", GoodMultihead, same_function_as="multihead_dilated"),
     )
 }
 
 #: one broken implementation per bug class, and the check that must catch it
 BROKEN_CASES = {
-    "broken_head_axis": (_spec("broken_head_axis", HeadAxisCore, same_function_as="dilated"), "reference"),
-    "broken_block_softmax_sum": (_spec("broken_block_softmax_sum", BlockSoftmaxSumCore), "reference"),
+    "broken_head_axis": (
+        entry_for("broken_head_axis", HeadAxisCore, same_function_as="dilated"),
+        "reference",
+    ),
+    "broken_block_softmax_sum": (entry_for("broken_block_softmax_sum", BlockSoftmaxSumCore), "reference"),
     "broken_ring_no_lse": (
-        _spec("broken_ring_no_lse", RingNoMergeCore, same_function_as="dilated"),
+        entry_for("broken_ring_no_lse", RingNoMergeCore, same_function_as="dilated"),
         "reference",
     ),
     "broken_unwritten_row": (
-        _spec("broken_unwritten_row", UnwrittenRowCore, same_function_as="dilated"),
+        entry_for("broken_unwritten_row", UnwrittenRowCore, same_function_as="dilated"),
         "written",
     ),
-    "broken_tensor_return": (_spec("broken_tensor_return", TensorReturnMultihead), "return"),
+    "broken_tensor_return": (entry_for("broken_tensor_return", TensorReturnMultihead), "return"),
     "broken_causal_nan": (
-        _spec("broken_causal_nan", CausalNaNRingCore, same_function_as="dilated"),
+        entry_for("broken_causal_nan", CausalNaNRingCore, same_function_as="dilated"),
         "finite",
     ),
     "broken_swapped_args": (
-        _spec("broken_swapped_args", SwappedArgsMultihead, same_function_as="multihead_dilated"),
+        entry_for("broken_swapped_args", SwappedArgsMultihead, same_function_as="multihead_dilated"),
         "same_fn",
     ),
 }
@@ -474,14 +484,14 @@ BROKEN = {name: spec for name, (spec, _) in BROKEN_CASES.items()}
 MORE = {
     s.name: s
     for s in (
-        _spec("lying_pattern", LyingPatternCore, same_function_as="dilated"),
-        _spec("block_pattern_sneak", BlockPatternSneakCore, same_function_as="dilated"),
-        _spec("sparsity_ignored", SparsityIgnoredCore),
-        _spec("crashing", CrashingCore),
-        _spec("causal_crash", CausalCrashCore, same_function_as="dilated"),
-        _spec("jitter", JitterCore, same_function_as="dilated"),
-        _spec("big_jitter", BigJitterCore, same_function_as="dilated"),
-        _spec("leaky_causal_pattern", LeakyCausalPatternCore),
+        entry_for("lying_pattern", LyingPatternCore, same_function_as="dilated"),
+        entry_for("block_pattern_sneak", BlockPatternSneakCore, same_function_as="dilated"),
+        entry_for("sparsity_ignored", SparsityIgnoredCore),
+        entry_for("crashing", CrashingCore),
+        entry_for("causal_crash", CausalCrashCore, same_function_as="dilated"),
+        entry_for("jitter", JitterCore, same_function_as="dilated"),
+        entry_for("big_jitter", BigJitterCore, same_function_as="dilated"),
+        entry_for("leaky_causal_pattern", LeakyCausalPatternCore),
     )
 }
 

@@ -27,13 +27,15 @@ instant, and so is ``perfguard --help``.
 
 The functions live by job (:mod:`~perfguard.api.measure`: the commands that run code;
 :mod:`~perfguard.api.reading`: report and history; :mod:`~perfguard.api.accepting`: acceptances;
-:mod:`~perfguard.api.steps`: the baseline branch's steps; :mod:`~perfguard.api.schema`: the
+:mod:`~perfguard.api.steps`: the baseline branch's steps; :mod:`~perfguard.api.scaffolding`:
+``init``; :mod:`~perfguard.api.schema`: the
 store's schema); every one is importable from here, the package's face.
 """
 
 from perfguard.api.accepting import Accepted, accept, acceptances
 from perfguard.api.measure import DEFAULT_PLANTED, RunOutcome, bisect, calibrate, check, fidelity, run, verify
 from perfguard.api.reading import History, Rendered, history, report
+from perfguard.api.scaffolding import init
 from perfguard.api.schema import Schema, db_current, db_revision, db_snapshot, db_upgrade
 from perfguard.api.steps import change_points, changes
 
@@ -57,6 +59,7 @@ __all__ = [
     "db_upgrade",
     "fidelity",
     "history",
+    "init",
     "report",
     "run",
     "verify",

@@ -60,12 +60,15 @@ def verify(
     import time
 
     started = time.perf_counter() if started is None else started
+    from perfguard.engine import guarded
     from perfguard.errors import UsageError
-    from perfguard.verify import merged_registry, preload, run_verify, scope
+
+    # the declared package, imported from this tree (exit 2 else) before anything else can import it
+    registry = guarded.current().implementations
+    from perfguard.verify import preload, run_verify, scope
 
     if seq_len is not None and seq_len < 1:
         raise UsageError(f"--seq-len must be a positive integer, got {seq_len}")
-    registry = merged_registry()
     chosen, chosen_dtypes = scope(
         registry,
         impls=tuple(impls),

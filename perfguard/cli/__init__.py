@@ -21,6 +21,7 @@ from perfguard.cli.check import check
 from perfguard.cli.db import db
 from perfguard.cli.fidelity import fidelity
 from perfguard.cli.history import history
+from perfguard.cli.init import init
 from perfguard.cli.report import report
 from perfguard.cli.run import run
 from perfguard.cli.verify import verify
@@ -82,5 +83,5 @@ def main() -> None:
     """
 
 
-for _command in (verify, run, check, report, history, accept, bisect, changes, calibrate, fidelity, db):
+for _command in (init, verify, run, check, report, history, accept, bisect, changes, calibrate, fidelity, db):
     main.add_command(_command)

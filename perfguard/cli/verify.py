@@ -36,8 +36,8 @@ from perfguard.output_paths import output_path
     "impls",
     multiple=True,
     metavar="NAME",
-    help="Repeatable. Implementation names from attention.registry (default: all), plus any "
-    "added by PERFGUARD_EXTRA_IMPLS=module:attr.",
+    help="Repeatable. Implementation names of the guarded package's registry ([tool.perfguard] "
+    "registry in pyproject.toml; default: all).",
 )
 @click.option("--seq-len", type=int, default=None, help="Sequence length (default: the registry's config).")
 @click.option(
@@ -76,7 +76,9 @@ def verify(
     """Check every implementation against the float64 reference; exit 1 on any failure.
 
     \b
-    Per implementation × device × dtype, in both modes (longnet, head_groups), causal and not:
+    The implementations are those of the package pyproject.toml declares ([tool.perfguard]
+    package and registry), imported from this repository (exit 2 when it declares none).
+    Per implementation × device × dtype, in each of its modes, causal and not:
     build, forward, backward, shape, return contract, every output row written, no NaN/inf,
     declared pattern sane (and equal to dilated's for "same function" implementations),
     output and input gradients against the float64 reference, determinism of two runs.

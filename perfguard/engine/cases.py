@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from perfguard import profiles
+from perfguard.engine import guarded
 from perfguard.profiles import BACKEND_IMPL, SUITE_VERSION
 
 #: Longest sequence benchmarked on the CPU: beyond it, one call of the straightforward
@@ -128,11 +129,25 @@ class Case:
         }
 
 
-def _attended_pairs(module: torch.nn.Module, seq_len: int, num_heads: int) -> int:
-    """(head, query, key) pairs one forward computes, counting multiplicity, without an (H, n, n) tensor."""
+def _attended_pairs(
+    module: torch.nn.Module, seq_len: int, num_heads: int, what: str, kwargs: dict[str, Any]
+) -> int:
+    """(head, query, key) pairs one forward computes, counting multiplicity, without an (H, n, n) tensor.
+
+    ``what``: the function the entry declares (:func:`perfguard.engine.guarded.computes`); a dilated
+    one is counted with the segments and rates it was built with (``kwargs``).
+    """
     from attention.pattern import dilated_attended_pairs
 
+    if what == "dense":
+        return num_heads * seq_len * seq_len
+    if what in ("longnet", "head_groups"):
+        segments, rates = kwargs["segment_lengths"], kwargs["dilation_rates"]
+        return dilated_attended_pairs(seq_len, num_heads, segments, rates, what)
     core = getattr(module, "attention", module)
+    if not hasattr(core, "segment_lengths") and not hasattr(core, "active_blocks"):
+        counts = core.attention_pattern(seq_len, is_causal=False, num_heads=num_heads)  # its own pattern
+        return int(counts.sum().item())
     active_blocks = getattr(core, "active_blocks", None)
     if active_blocks is not None:  # block-sparse: its own pattern
         bs = int(core.block_size)
@@ -148,25 +163,22 @@ def _attended_pairs(module: torch.nn.Module, seq_len: int, num_heads: int) -> in
 
 
 def kernels() -> tuple[str, ...]:
-    """The attention kernels the measured commit's ``attention`` can be asked for by name.
+    """The attention kernels the measured commit's guarded package can be asked for by name.
 
-    Empty for a commit that predates ``attention.backends`` (a baseline measured through the
-    import shim): its suite then has no backends comparison rather than an import error.
+    Empty for a package without a ``backends`` module (another package, or a commit of ``attention``
+    that predates it): its suite then has no backends comparison rather than an import error.
     """
-    try:
-        from attention.backends import KERNELS
-    except ImportError:
-        return ()
-    return tuple(KERNELS)
+    backends = guarded.current().submodule("backends")
+    return tuple(getattr(backends, "KERNELS", ())) if backends is not None else ()
 
 
 def _unavailable(backend: str, device: str, dtype: str, head_dim: int) -> str | None:
-    """``attention.backends``' reason why ``backend`` cannot run here (None: it can)."""
-    try:
-        from attention.backends import available
-    except ImportError:
-        return "this commit's attention cannot be asked for a kernel (no attention.backends)"
-    reasons = dict(available(device, DTYPES[dtype], head_dim))
+    """The guarded package's ``backends``' reason why ``backend`` cannot run here (None: it can)."""
+    package = guarded.current()
+    backends = package.submodule("backends")
+    if backends is None:
+        return f"this commit's {package.name} cannot be asked for a kernel (no {package.name}.backends)"
+    reasons = dict(backends.available(device, DTYPES[dtype], head_dim))
     if backend not in reasons:
         return f"this commit's attention has no kernel {backend!r}"
     return reasons[backend]
@@ -176,14 +188,12 @@ def build(
     impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Profile, *, backend: str | None = None
 ) -> Case:
     """Build the case for one benchmark x params, or raise :class:`Unsupported`."""
-    from attention.registry import get
-
     if device == "cuda" and not torch.cuda.is_available():
         raise Unsupported("CUDA is not available here")
     if device == "cpu" and seq_len > CPU_MAX_SEQ_LEN:
         raise Unsupported(f"seq_len {seq_len} > {CPU_MAX_SEQ_LEN} is not benchmarked on the CPU")
     try:
-        spec = get(impl)
+        spec = guarded.current().get(impl)
     except KeyError as exc:
         raise Unsupported(str(exc)) from None
     torch_dtype = DTYPES[dtype]
@@ -201,13 +211,13 @@ def build(
     overrides.update(head_overrides(spec.multihead, shape))
     try:
         module = spec.build("bench", device=device, dtype=torch_dtype, **overrides)
-        bench_shape = type(spec.bench.shape)(shape.batch, seq_len, shape.num_heads, shape.head_dim)
+        bench_shape = type(spec.config("bench").shape)(shape.batch, seq_len, shape.num_heads, shape.head_dim)
         inputs = spec.make_inputs(bench_shape, device=device, dtype=torch_dtype, seed=0)
     except torch.cuda.OutOfMemoryError as exc:
         raise Unsupported(f"does not fit the GPU: {str(exc).splitlines()[0]}") from None
-    config = {**{k: v for k, v in spec.bench.kwargs.items()}, **overrides}
+    config = {**{k: v for k, v in spec.config("bench").kwargs.items()}, **overrides}
     config.update(batch=shape.batch, seq_len=seq_len, num_heads=shape.num_heads, head_dim=shape.head_dim)
-    pairs = _attended_pairs(module, seq_len, shape.num_heads)
+    pairs = _attended_pairs(module, seq_len, shape.num_heads, guarded.computes(spec), config)
     return Case(
         impl=impl,
         seq_len=seq_len,
@@ -263,7 +273,9 @@ def first_call_of(case: Case, fn: Callable[[], Any]) -> None:
     if case.backend is None:
         first_call(fn, case.device)
         return
-    from attention._kernel_selection import KernelSet
+    import importlib
+
+    KernelSet = importlib.import_module(f"{guarded.current().name}._kernel_selection").KernelSet
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)

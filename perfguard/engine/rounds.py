@@ -4,10 +4,11 @@ A *round* is one fresh process per side (docs/design.md, "Rounds"): process-to-p
 the noise a verdict must see, and one process may measure every selected benchmark of its side.
 :class:`RoundRunner` starts :mod:`perfguard.engine.round_worker` on the asv suite of the checkout perfguard
 runs in (the suite, the timer and perfguard itself always come from there: both sides are measured
-by the same rules, as with ``asv continuous``), with ``attention`` imported from the commit being
-measured: the worker runs in a scratch directory holding two links, ``attention -> <source>/attention``
-(the work tree itself, or a git worktree of another commit) and ``asv_benchmarks -> <suite>``, and
-that directory is the first entry of its ``sys.path``.
+by the same rules, as with ``asv continuous``), with the guarded package imported from the commit
+being measured: the worker runs in a scratch directory holding two links, ``<package> ->
+<source>/<package>`` (the package ``<source>/pyproject.toml`` declares; the work tree itself, or a
+git worktree of another commit) and ``asv_benchmarks -> <suite>``, and that directory is the first
+entry of its ``sys.path``; ``$PERFGUARD_SOURCE`` tells the suite which tree's declaration to read.
 
 Why not ``asv run``: asv starts a discovery process and a fork server (each imports torch) and one
 process per benchmark x parameters; on a GPU most of a round then went to first calls and warm-ups
@@ -49,6 +50,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from perfguard.declaration import SOURCE_ENV, read_declaration
 from perfguard.engine import round_output
 from perfguard.engine.round_protocol import DoneEvent, Event, PlanEvent, ResultEvent, StartEvent, WorkerSpec
 from perfguard.engine.round_worker import case_of
@@ -57,8 +59,6 @@ from perfguard.errors import BenchmarkError
 from perfguard.profiles import DEVICE_ENV, DISTRIBUTED_SUITE, PROFILE_ENV, Profile
 from perfguard.store.records import ResultRecord
 
-#: The package whose code differs between the commits perfguard compares.
-PACKAGE = "attention"
 #: Where compilation caches live (one subdirectory per trust domain); default ~/.cache/perfguard/compile.
 CACHE_ENV = "PERFGUARD_CACHE_DIR"
 TRUST_DOMAINS = ("trusted", "untrusted")
@@ -66,10 +66,10 @@ TRUST_DOMAINS = ("trusted", "untrusted")
 
 @dataclass(frozen=True)
 class Target:
-    """What one round measures: the commit it is labelled with, and where its ``attention`` lives."""
+    """What one round measures: the commit it is labelled with, and the tree whose package it measures."""
 
     sha: str  # a commit of the repository (for a dirty tree: HEAD)
-    source: Path  # the directory whose attention/ package is measured
+    source: Path  # the tree whose declared package ([tool.perfguard] package) is measured
 
 
 @dataclass
@@ -105,15 +105,15 @@ class Progress:
 
 
 def import_shim(source: Path, parent: Path, benchmark_dir: Path | None = None) -> Path:
-    """A scratch directory holding ``attention -> <source>/attention`` (and the suite), first on sys.path."""
+    """A scratch directory holding ``<package> -> <source>/<package>`` (and the suite), first on sys.path.
+
+    The package is the one ``source``'s own ``pyproject.toml`` declares (:mod:`perfguard.declaration`):
+    each side of a check is measured by its own commit's declaration, so a pull request cannot change
+    what its baseline measures.  A tree without a declaration is a ``ConfigError`` (exit 2).
+    """
+    declaration = read_declaration(source)
     shim = Path(tempfile.mkdtemp(prefix="import-shim-", dir=parent))
-    package = source / PACKAGE
-    if not (package / "__init__.py").exists():
-        raise BenchmarkError(
-            f"{source} has no {PACKAGE}/ package to benchmark",
-            hint="the commit predates the attention package, or the checkout is incomplete",
-        )
-    (shim / PACKAGE).symlink_to(package.resolve(), target_is_directory=True)
+    (shim / declaration.package).symlink_to(declaration.package_dir, target_is_directory=True)
     if benchmark_dir is not None:
         (shim / benchmark_dir.name).symlink_to(benchmark_dir, target_is_directory=True)
     return shim
@@ -194,6 +194,7 @@ class RoundRunner:
             **os.environ,
             **compile_cache_env(self.trust),
             "PYTHONUNBUFFERED": "1",
+            SOURCE_ENV: str(target.source),
             PROFILE_ENV: self.profile.name,
             DEVICE_ENV: self.device,
         }

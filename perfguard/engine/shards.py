@@ -42,7 +42,7 @@ def build(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Pr
     """This rank's case for one benchmark x params, or raise :class:`perfguard.engine.cases.Unsupported`."""
     from attention._plan import split_lengths
     from attention.pattern import dilated_attended_pairs
-    from attention.registry import get
+    from perfguard.engine import guarded
 
     if impl not in RING_IMPLS:
         raise cases.Unsupported(f"{impl} has no sequence-parallel path (only {', '.join(RING_IMPLS)})")
@@ -51,7 +51,7 @@ def build(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Pr
     if device == "cpu" and seq_len > cases.CPU_MAX_SEQ_LEN:
         raise cases.Unsupported(f"seq_len {seq_len} > {cases.CPU_MAX_SEQ_LEN} is not benchmarked on the CPU")
     try:
-        spec = get(impl)
+        spec = guarded.current().get(impl)
     except KeyError as exc:
         raise cases.Unsupported(str(exc)) from None
     torch_dtype = cases.DTYPES[dtype]

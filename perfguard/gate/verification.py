@@ -53,6 +53,7 @@ def broken_impls(bench: Bench, report: Path | None, *, skip: bool) -> dict[str, 
 
 def run_verify(bench: Bench) -> Path:
     """``perfguard verify --json`` of what this check measures, in a fresh process over HEAD's code."""
+    from perfguard.declaration import SOURCE_ENV
     from perfguard.engine.rounds import compile_cache_env, import_shim
 
     out = bench.work_dir / "verify.json"
@@ -61,6 +62,7 @@ def run_verify(bench: Bench) -> Path:
         **os.environ,
         **compile_cache_env(bench.runner.trust),
         "PYTHONPATH": os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH")) if p),
+        SOURCE_ENV: str(bench.root),  # HEAD's declaration, HEAD's package
     }
     command = [sys.executable, "-X", "faulthandler", "-m", "perfguard", "verify", "--device", bench.device]
     command += ["--json", str(out)]

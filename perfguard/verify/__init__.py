@@ -1,7 +1,7 @@
 """``perfguard verify``: catch wrong attention before anyone times it.
 
-Every implementation (``attention.registry.REGISTRY``, plus any named by ``PERFGUARD_EXTRA_IMPLS``,
-see :mod:`perfguard.verify.plugins`) is built through its spec, run forward and backward on
+Every implementation of the guarded package's registry (``[tool.perfguard] registry``,
+:mod:`perfguard.engine.guarded`) is built through its entry, run forward and backward on
 fresh random inputs with a fixed seed, and compared with the float64 reference of the pattern it
 declares (``attention_pattern``), in every mode × causal case.  The checks (columns of the table,
 keys of the JSON) are listed in :data:`perfguard.verify.results.CHECKS`; the tolerances in
@@ -56,21 +56,15 @@ Non-finite numbers are written as the strings ``"inf"``/``"nan"`` so the file is
 from __future__ import annotations
 
 from perfguard.verify.planning import plan, scope
-from perfguard.verify.plugins import ENV_VAR, ClassImplSpec, external_spec, load_extra_impls, merged_registry
 from perfguard.verify.results import CHECKS, SCHEMA, CheckResult, RowResult, VerifyReport
 from perfguard.verify.runner import preload, run_verify, verify_row
 
 __all__ = [
     "CHECKS",
-    "ENV_VAR",
     "SCHEMA",
     "CheckResult",
-    "ClassImplSpec",
     "RowResult",
     "VerifyReport",
-    "external_spec",
-    "load_extra_impls",
-    "merged_registry",
     "plan",
     "preload",
     "run_verify",

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 import torch
 
 from attention.pattern import dilated_pattern
-from attention.registry import ImplConfig, ImplSpec, ShapeConfig
+from perfguard.declare import ImplConfig, Implementation, ShapeConfig
+from perfguard.engine.guarded import computes
 from perfguard.verify import probes
 from perfguard.verify.planning import Scenario
 from perfguard.verify.results import RowResult
@@ -34,7 +35,7 @@ class CaseRun:
     def __init__(
         self,
         row: RowResult,
-        spec: ImplSpec,
+        spec: Implementation,
         module: torch.nn.Module,
         cfg: ImplConfig,
         case: Scenario,
@@ -42,7 +43,7 @@ class CaseRun:
         dtype: torch.dtype,
         seed: int,
         root: str | None,
-        registry: Mapping[str, ImplSpec],
+        registry: Mapping[str, Implementation],
         cache: RunCache,
     ) -> None:
         self.row, self.spec, self.module, self.cfg, self.case = row, spec, module, cfg, case
@@ -107,6 +108,8 @@ class CaseRun:
 
     def check_pattern(self) -> torch.Tensor | None:
         causal = self.case.causal
+        if computes(self.spec) != "pattern":
+            return self.declared_function()
         try:
             pattern = probes.declared_pattern(
                 self.module, self.spec.multihead, self.n, self.heads, causal, device=self.device
@@ -138,6 +141,42 @@ class CaseRun:
             except Exception as exc:
                 self.record("same_fn", f"could not build the expected pattern: {probes.describe(exc)}")
         return pattern
+
+    def declared_function(self) -> torch.Tensor | None:
+        """The counts of what the entry declares it computes (``dense``, ``longnet``, ``head_groups``).
+
+        The module is not asked for a pattern: the reference is perfguard's own definition of the
+        declared function, with the segments and rates of the configuration the module was built with.
+        """
+        what, causal = computes(self.spec), self.case.causal
+        try:
+            expected = self._function_counts(what, causal)
+        except Exception as exc:
+            self.record("pattern", f"cannot build the declared {what} attention: {probes.describe(exc)}")
+            self.block(["same_fn"], "no usable declared function")
+            return None
+        self.record(
+            "pattern", None, detail=f"declared {what} (density {probes.pattern_density(expected):.3f})"
+        )
+        if self.root is not None:  # the counts are the root's own: same_fn compares patterns it has not
+            self.row.checks["same_fn"].not_applicable = f"{self.spec.name} declares computes={what!r}"
+        return expected
+
+    def _function_counts(self, what: str, causal: bool) -> torch.Tensor:
+        n, heads, device = self.n, self.heads, self.device
+        if what == "dense":
+            counts = torch.ones(heads, n, n, dtype=torch.int64, device=device)
+            return torch.tril(counts) if causal else counts
+        kwargs = self.cfg.kwargs
+        if "segment_lengths" not in kwargs or "dilation_rates" not in kwargs:
+            raise ValueError(
+                f"computes={what!r} needs segment_lengths and dilation_rates in the entry's config"
+            )
+        segs, rates = tuple(kwargs["segment_lengths"]), tuple(kwargs["dilation_rates"])
+        key = ("semantics", segs, rates, n, heads, what, causal, str(device))
+        return self.cache.patterns.get(
+            key, lambda: dilated_pattern(n, heads, segs, rates, mode=what, is_causal=causal, device=device)
+        )
 
     def _expected_pattern(self, device: torch.device) -> tuple[torch.Tensor, str]:
         """The pattern "same function" must reproduce, built once per run (:mod:`.shared`)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attention.registry import ImplSpec
+from perfguard.declare import Implementation
 from perfguard.errors import UsageError
 from perfguard.verify.numerics import DTYPES, dtype_name
 
@@ -34,14 +34,14 @@ class Scenario:
 
 @dataclass(frozen=True)
 class PlannedRow:
-    spec: ImplSpec
+    spec: Implementation
     device: str
     dtype: torch.dtype
     skip: str | None = None
 
 
 def plan(
-    registry: Mapping[str, ImplSpec],
+    registry: Mapping[str, Implementation],
     *,
     impls: Sequence[str] = (),
     device: str = "auto",
@@ -72,7 +72,7 @@ def plan(
             hint="run on a machine with a CUDA GPU and a CUDA build of torch, or use --device cpu",
         )
 
-    def supported(dev: str, spec: ImplSpec) -> tuple[torch.dtype, ...]:
+    def supported(dev: str, spec: Implementation) -> tuple[torch.dtype, ...]:
         return spec.cpu_dtypes if dev == "cpu" else spec.cuda_dtypes
 
     per_device: dict[str, list[torch.dtype]] = {}
@@ -112,7 +112,7 @@ def _distributed_ready() -> bool:
 
 
 def scope(
-    registry: Mapping[str, ImplSpec],
+    registry: Mapping[str, Implementation],
     *,
     impls: tuple[str, ...],
     dtypes: tuple[str, ...],

@@ -29,8 +29,9 @@ from typing import Any
 
 import torch
 
-from attention.registry import ImplConfig, ImplSpec
 from perfguard import __version__
+from perfguard.declare import ImplConfig, Implementation
+from perfguard.engine.guarded import computes
 from perfguard.errors import UsageError
 from perfguard.verify import probes
 from perfguard.verify.case import SEMANTICS_ROOTS, TARGET_OF_DEVICE, CaseRun
@@ -59,7 +60,7 @@ RowDoneCallback = Callable[[RowResult, int, int], None]
 
 
 def run_verify(
-    registry: Mapping[str, ImplSpec],
+    registry: Mapping[str, Implementation],
     *,
     impls: Sequence[str] = (),
     device: str = "auto",
@@ -111,13 +112,11 @@ def run_verify(
     )
 
 
-def preload(registry: Mapping[str, ImplSpec], impls: tuple[str, ...]) -> None:
+def preload(registry: Mapping[str, Implementation], impls: tuple[str, ...]) -> None:
     """Import the implementations' modules now, so their import time counts as setup, not as the
     first row's verification.  A module that fails to import is left for the ``build`` check to
     report (with the row it belongs to)."""
     import torch
-
-    import attention.factory  # noqa: F401  (registered implementations are built through it)
 
     # the first autograd.grad with grad_outputs imports torch.fx's symbolic shapes (sympy): ~1 s
     x = torch.ones(1, requires_grad=True)
@@ -128,7 +127,7 @@ def preload(registry: Mapping[str, ImplSpec], impls: tuple[str, ...]) -> None:
         if spec is None:
             continue  # an unknown name: run_verify says so, as a usage error
         try:
-            spec.cls  # noqa: B018  (resolves module:Class, importing the module)
+            getattr(spec, "cls", None)  # resolves module:Class, importing the module
         except Exception:
             continue
 
@@ -146,7 +145,7 @@ def _init_cuda() -> float:
 
 
 def verify_row(
-    registry: Mapping[str, ImplSpec],
+    registry: Mapping[str, Implementation],
     planned: PlannedRow,
     *,
     seq_len: int | None = None,
@@ -190,10 +189,12 @@ def verify_row(
     if not spec.supports_causal:
         row.notes.append("causal cases not run: the registry says this implementation has no causal mode")
     with restored_global_settings(), pinned_numerics(row.notes):
-        for mode in spec.modes:
+        # an entry without modes is built once, without `mode=`: its case is named after what it computes
+        for mode in spec.modes or (computes(spec),):
             try:
                 torch.manual_seed(seed)
-                module = spec.build(target, device=device, dtype=dtype, mode=mode)
+                given = {"mode": mode} if spec.modes else {}
+                module = spec.build(target, device=device, dtype=dtype, **given)
                 _randomize_affine(module, seed)
             except Exception as exc:
                 row.record("build", mode, "fail", probes.describe(exc))
@@ -213,7 +214,7 @@ def verify_row(
     return row
 
 
-def _same_function_root(registry: Mapping[str, ImplSpec], spec: ImplSpec) -> str | None:
+def _same_function_root(registry: Mapping[str, Implementation], spec: Implementation) -> str | None:
     """The implementation whose pattern this one must reproduce (following same_function_as)."""
     name, seen = spec.name, set()
     while True:

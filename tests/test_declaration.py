@@ -1,0 +1,113 @@
+"""The declaration of the guarded package (``[tool.perfguard]`` package / registry / source), and a
+repository without one: exit 2 saying what to write, never a pass of another package (issue 29)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfguard.declaration import read_declaration
+from perfguard.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def project(tmp_path: Path, table: str, package: str = "flashdil") -> Path:
+    (tmp_path / package).mkdir(parents=True, exist_ok=True)
+    (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "{package}"\n\n{table}')
+    return tmp_path
+
+
+def test_a_declaration_is_read_with_its_paths(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    root = project(tmp_path / "src", "", "flashdil").parent
+    (root / "pyproject.toml").write_text(
+        '[tool.perfguard]\npackage = "flashdil"\nregistry = "flashdil.reg:IMPLS"\nsource = "src"\n'
+    )
+    declared = read_declaration(root)
+    assert (declared.package, declared.registry_module, declared.registry_attribute) == (
+        "flashdil",
+        "flashdil.reg",
+        "IMPLS",
+    )
+    assert declared.package_dir == (root / "src" / "flashdil").resolve()
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("", "declares no guarded package"),
+        ("[tool.perfguard]\nthreshold = 0.2\n", "declares no guarded package"),
+        ('[tool.perfguard]\npackage = "flash-dil"\nregistry = "x:Y"\n', "is not a top-level import name"),
+        ('[tool.perfguard]\npackage = "flashdil"\n', "names package 'flashdil' but no registry"),
+        (
+            '[tool.perfguard]\npackage = "flashdil"\nregistry = "flashdil.reg"\n',
+            "not of the form module:attribute",
+        ),
+        (
+            '[tool.perfguard]\npackage = "flashdil"\nregistry = "other.reg:X"\n',
+            "is not inside the guarded package",
+        ),
+        (
+            '[tool.perfguard]\npackage = "flashdil"\nregistry = "flashdil:X"\nsource = "../.."\n',
+            "leads outside",
+        ),
+        (
+            '[tool.perfguard]\npackage = "nothere"\nregistry = "nothere:X"\n',
+            "nothere/__init__.py does not exist",
+        ),
+    ],
+)
+def test_a_bad_declaration_says_what_is_wrong(tmp_path: Path, table: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        read_declaration(project(tmp_path, table))
+    assert caught.value.exit_code == 2
+
+
+def test_a_commit_of_perfguard_itself_from_before_the_declaration_reads_as_attention(tmp_path: Path) -> None:
+    """The merge-base of this repository's first checks predates ``[tool.perfguard] package``."""
+    (tmp_path / "attention").mkdir()
+    (tmp_path / "attention" / "__init__.py").write_text("")
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "perfguard"\n\n[tool.perfguard]\nthreshold = 0.2\n'
+    )
+    declared = read_declaration(tmp_path)
+    assert (declared.package, declared.registry) == ("attention", "attention.registry:REGISTRY")
+
+
+def test_this_repository_declares_attention_publicly() -> None:
+    declared = read_declaration(ROOT)
+    assert (declared.package, declared.registry) == ("attention", "attention.registry:REGISTRY")
+
+
+def test_verify_and_check_in_an_undeclared_repository_exit_2(tmp_path: Path) -> None:
+    """Issue 29's new user: perfguard's asv files copied into a repository of their own package.
+
+    ``verify`` once said "all 10 rows passed" here (it verified perfguard's own ``attention``), and
+    ``check`` stopped with "has no attention/ package"; both must exit 2 and say what to write.
+    """
+    repo = project(tmp_path / "repo", "")
+    shutil.copy2(ROOT / "asv.conf.json", repo / "asv.conf.json")
+    shutil.copytree(ROOT / "asv_benchmarks", repo / "asv_benchmarks")  # links copied as their files
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "base"]):
+        subprocess.run([*git, *args], cwd=repo, check=True, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERFGUARD_")}
+    env["PERFGUARD_DB"] = f"sqlite:///{tmp_path / 'history.db'}"
+    for command in (
+        ["verify"],
+        ["check", "--baseline", "main", "--no-verify"],
+        ["check", "--baseline", "main"],
+    ):
+        proc = subprocess.run([sys.executable, "-m", "perfguard", *command], cwd=repo, env=env,
+                              capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2, (command, out)
+        assert "declares no guarded package" in out and "perfguard init" in out, (command, out)
+        assert "passed" not in proc.stdout, (command, out)
