@@ -16,7 +16,8 @@ Stored rounds are reused (:meth:`perfguard.measuring.Bench.stored_rounds`: same 
 profile, suite version and a selection that covers ``--bench``); what is measured is stored as
 ordinary ``run`` rounds of those commits, so a later bisect or check reuses it too.  The work
 metrics (FLOPs, aten ops, bytes allocated) make a bisection exact on a busy CPU: select them with
-``--bench``.
+``--bench``; when every selected series is exact (:data:`perfguard.metrics.DETERMINISTIC_METRICS`),
+each commit is measured once, not ``--rounds`` times (issue 30): a count repeats exactly.
 """
 
 from __future__ import annotations
@@ -110,6 +111,32 @@ def _item_json(item: Item) -> dict[str, Any]:
         "ci_high": item.ci_high,
         "reason": item.reason,
     }
+
+
+#: Items a probe's "moved" line names (the JSON has them all).
+MOVED_NAMED = 3
+
+
+def moved_line(items: Sequence[Item]) -> str:
+    """``moved: dilated forward FLOPs (seq_len=512, dtype=float32) 1.1 G → 2.2 G (2.000×), …``.
+
+    Each item by implementation, benchmark and parameters, then what its reason says past the
+    benchmark's name, so two parameter sets never read as the same line twice (issue 30).
+    """
+    from perfguard.compare import describe
+
+    if not items:
+        return "not moved"
+    parts = []
+    for item in items[:MOVED_NAMED]:
+        label = describe(item.benchmark, item.metric)
+        params = ", ".join(f"{k}={v}" for k, v in sorted(item.params.items()) if k != "impl")
+        change = item.reason.removeprefix(label).strip()
+        parts.append(
+            f"{item.impl} {label} ({params}) {change}" if params else f"{item.impl} {label} {change}"
+        )
+    more = f" (+{len(items) - MOVED_NAMED} more)" if len(items) > MOVED_NAMED else ""
+    return "moved: " + "; ".join(parts) + more
 
 
 def candidates(root: Any, good: str, bad: str) -> list[str]:
@@ -221,6 +248,9 @@ class _Search:
         self.direction = direction
         self.probes: list[Probe] = []
         self._good_rounds: list[list[Any]] | None = None
+        # Whether every selected series is exact (work counts, memory: perfguard.metrics): then one
+        # round a commit is the whole answer (None until a measurement or stored round says).
+        self.exact: bool | None = None
 
     def _rounds(self, sha: str, label: str) -> tuple[list[list[Any]], bool]:
         """Stored rounds of ``sha``, or new ones (stored); whether they were measured now.
@@ -231,6 +261,7 @@ class _Search:
         stored = self.bench.stored_rounds(sha)
         if self._good_rounds is None:
             good_stored = self.bench.stored_rounds(self.good)
+            self._learn(good_stored or stored)
             if good_stored:
                 self.bench.say(f"good {self.good[:10]}: using {len(good_stored)} stored round(s)")
                 self._good_rounds = good_stored
@@ -248,10 +279,34 @@ class _Search:
             return stored, False
         return self._measure([sha], [label])[0], True
 
+    def _learn(self, rounds: Sequence[Sequence[Any]]) -> None:
+        """Whether the selected series are exact, from rounds of any commit (nothing: still unknown)."""
+        from perfguard.metrics import DETERMINISTIC_METRICS
+
+        metrics = {r.metric for results in rounds for r in results}
+        if metrics and self.exact is None:
+            self.exact = metrics <= DETERMINISTIC_METRICS
+            if self.exact and self.rounds > 1:
+                self.bench.say(
+                    f"the selected series are exact ({', '.join(sorted(metrics))}): one round a commit"
+                )
+
     def _measure(self, shas: Sequence[str], labels: Sequence[str]) -> list[list[list[Any]]]:
+        """``self.rounds`` rounds of each commit (interleaved), or one when the series are exact.
+
+        While that is not known yet, one round is measured first and says; timings then get the
+        rest of their rounds.
+        """
         sides = [self.bench.commit_side(sha, label) for sha, label in zip(shas, labels, strict=True)]
-        runs = self.bench.measure(sides, "run", self.rounds)
-        return [[list(r.results) for r in side_runs] for side_runs in runs]
+        first = 1 if self.exact is not False else self.rounds
+        runs = self.bench.measure(sides, "run", first)
+        out = [[list(r.results) for r in side_runs] for side_runs in runs]
+        self._learn([results for side in out for results in side])
+        if not self.exact and first < self.rounds:
+            more = self.bench.measure(sides, "run", self.rounds - first)
+            for side, side_runs in zip(out, more, strict=True):
+                side.extend(list(r.results) for r in side_runs)
+        return out
 
     def _good_probe(self, *, measured: bool) -> Probe:
         from perfguard.gitrepo import commit_info
@@ -283,11 +338,7 @@ class _Search:
             )
         probe = Probe(sha, position, commit_info(self.bench.root, sha).subject, measured, bool(moved), moved)
         self.probes.append(probe)
-        what = "not moved"
-        if moved:
-            what = "moved: " + "; ".join(i.reason for i in moved[:2])
-            what += f" (+{len(moved) - 2} more)" if len(moved) > 2 else ""
-        self.bench.say(f"{label} {sha[:10]} ({probe.subject[:60]}): {what}")
+        self.bench.say(f"{label} {sha[:10]} ({probe.subject[:60]}): {moved_line(moved)}")
         return probe
 
     def _compare(self, sha: str, label: str, rounds: list[list[StoredResult]]) -> SuiteComparison:

@@ -100,3 +100,15 @@ class ValueFormatter:
 
     def __call__(self, value: float | None) -> str:
         return MISSING if value is None else f"{value / self.factor:.{self.decimals}f} {self.suffix}".rstrip()
+
+
+def format_p(p: float) -> str:
+    """A p-value as every rendering and every reason text shows it: ``3e-6``, ``0.012``, ``0.5``.
+
+    One formatter (issue 30): the reason of an item and the p column beside it print the same
+    string for the same number.
+    """
+    if p >= 0.001:
+        return f"{p:.2g}"
+    mantissa, exponent = f"{p:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.series import store_series
 
 from perfguard.accept import (
     Acceptance,
@@ -377,6 +378,7 @@ def test_perfguard_accept_records_lists_and_refuses_with_exit_2(repo: Path, tmp_
     with Store.open(db) as store:
         assert store.acceptances() == []
     # the trailer's form works on the command line too; the author defaults to git's user
+    store_series(db, git(repo, "rev-parse", "HEAD"), [("improved", "bench_attention.Forward.track_time")])
     git(repo, "config", "user.name", "Mae Maintainer")
     git(repo, "config", "user.email", "mae@example.invalid")
     done = run_accept(

@@ -78,7 +78,7 @@ def test_check_from_python_gives_the_clis_verdicts_on_the_same_store(repo: Path,
     assert terminal is not None and terminal.headline == outcome.headline
     assert [(r.verdict, r.cells[1]) for r in terminal.rows] == [("regression", "dilated")] * 3
     assert cli.stdout.splitlines()[-2:] == [terminal.headline, terminal.counts] == [
-        "perfguard: 3 regressions (gated)", "6 items: regression 3, unchanged 3"
+        "perfguard: 3 regressions (gated)", "6 items: gated 3 regressions, 3 unchanged"
     ]  # fmt: skip
     document = json.loads((tmp_path / "cli.json").read_text())
     assert document["check_id"] == outcome.check_id + 1 and document["verdict"] == outcome.stored.verdict

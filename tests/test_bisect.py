@@ -106,3 +106,39 @@ def test_refuses_what_is_not_a_range_and_a_range_where_nothing_moved(history: Ra
     )
     assert code == 2 and "has not moved from" in stderr and "nothing to find" in stderr
     assert document is None
+
+
+def test_exact_series_are_measured_once_a_commit_and_each_move_names_its_params(
+    history: Range, tmp_path: Path
+) -> None:
+    """Issue 30: bisect ran the profile's rounds on every probe even for work counts, which repeat
+    exactly, and its "moved" line said the same reason once per parameter set without naming them."""
+    from perfguard.store import Store
+
+    db = f"sqlite:///{tmp_path / 'exact.db'}"
+    good, bad = history.commits[CULPRIT_AT - 3], history.culprit  # 2 candidates: 3 commits measured
+    result = perfguard(
+        history.repo,
+        "bisect",
+        "--bench",
+        BENCH,
+        "--good",
+        good,
+        "--bad",
+        bad,
+        "--json",
+        str(tmp_path / "b.json"),
+        db=db,
+    )  # fmt: skip  (no --rounds: the profile's)
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads((tmp_path / "b.json").read_text())
+    assert document["culprit"]["sha"] == history.culprit and len(document["measured"]) == 3
+    assert "the selected series are exact (allocated, flops, ops): one round a commit" in result.stderr
+    with Store.open(db) as store:
+        [machine] = store.machines()
+        for sha in document["measured"]:
+            assert len(store.runs_for(machine.key, sha, "quick")) == 1, sha
+    [moved] = [line for line in result.stderr.splitlines() if "moved: " in line]
+    named = moved.split("moved: ", 1)[1].split("; ")
+    assert len(named) == 3 and len(set(named)) == 3, moved
+    assert all(n.startswith("dilated forward ") and "(dtype=float32, seq_len=512)" in n for n in named), moved

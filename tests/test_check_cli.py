@@ -343,7 +343,10 @@ def test_an_aa_check_prints_its_unstable_items_as_a_few_lines(repo: Path, tmp_pa
     lines = result.stdout.splitlines()
     # nothing decides the verdict, so no table; the headline and the counts stay the last two lines
     assert "perfguard check" not in result.stdout and "reason" not in result.stdout
-    assert lines[-2:] == ["perfguard: no regressions (gated) · 1 unstable", "3 items: unstable 3"]
+    assert lines[-2:] == [
+        "perfguard: no regressions (gated) · 1 unstable",
+        "3 items: gated 1 unstable · derived 2 unstable",
+    ]
     # the unstable timing is summarised, not given its multi-line reason; its derived rows only counted
     assert "too noisy to decide (" not in result.stdout and result.stdout.count("too noisy to decide") == 1
     assert not [ln for ln in lines if ("tokens/s" in ln or "TFLOP/s" in ln) and not ln.startswith("Also:")]

@@ -203,6 +203,24 @@ def test_a_stable_30_percent_slowdown_fails_and_a_speedup_is_an_improvement() ->
     assert faster.reason.startswith("forward time 1.6") and "faster" in faster.reason
 
 
+def test_the_stored_p_value_is_the_one_the_reason_states() -> None:
+    """Issue 30: an improvement's reason said p=4e-61 while its p column (p of "worse") said 1."""
+    from perfguard.units import format_p
+
+    base = [timing(impl=impl, seed=5) for impl in ("a", "b", "c")]
+    head = [timing(0.6, impl="a", seed=6), timing(1.4, impl="b", seed=6), timing(0.95, impl="c", seed=6)]
+    items = {i.impl: i for i in compare_suite(base, head, CONFIG).items}
+    faster, slower, same = items["a"], items["b"], items["c"]
+    assert (faster.verdict, slower.verdict, same.verdict) == (
+        Verdict.IMPROVEMENT, Verdict.REGRESSION, Verdict.UNCHANGED,
+    )  # fmt: skip
+    for item in (faster, slower):
+        assert item.p_value is not None and item.p_value < CONFIG.alpha, item
+        shown = re.search(r"p=([^),]+)", item.reason)
+        assert shown is not None and format_p(item.p_value) == shown.group(1), (item.p_value, item.reason)
+    assert same.p_value is None and "p=" not in same.reason  # no p says anything about a small speed-up
+
+
 def test_threshold_comes_from_the_config_and_its_overrides() -> None:
     base, head = timing(), timing(1.3, seed=4)
     assert compare_sides(base, head, CONFIG.with_threshold(0.5)).verdict is Verdict.UNCHANGED

@@ -47,8 +47,8 @@ def test_verdict_follows_its_definition(a: tuple, b: tuple) -> None:
         assert item.ratio <= hi or item.ci_high <= hi
     elif item.verdict is Verdict.IMPROVEMENT:
         assert item.ratio < 1 / hi and item.ci_high < 1 / (1 + CONFIG.threshold / 2)
-    else:
-        assert item.verdict is Verdict.UNSTABLE and item.ci_high > hi
+    else:  # unstable: its interval straddles the threshold, or a significant speed-up's noise does
+        assert item.verdict is Verdict.UNSTABLE and (item.ci_high > hi or item.ratio < 1 / hi)
     assert item.fails == (item.verdict is Verdict.REGRESSION)
 
 

@@ -80,7 +80,6 @@ def test_report_check_writes_all_three_forms(tmp_path: Path) -> None:
     [
         ((), "nothing to render"),
         (("--markdown", "x.md"), "add --check ID"),
-        (("--check", "1"), "needs somewhere to write"),
         (("--check", "999", "--json", "-"), "no check with id 999"),
         (
             ("--out", "site", "--db", "sqlite:////nonexistent/history.db"),

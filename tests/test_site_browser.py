@@ -223,7 +223,7 @@ def test_compare_page_finds_the_crossover(site: tuple[HistoryFacts, Path]) -> No
         section = page.locator(f'section.group[data-machine="{facts.gpu_key}"][data-benchmark="{FORWARD}"]')
         assert section.count() == 1
         text = section.inner_text()
-        assert re.search(r"between 1024 and 4096\), ring is best", text), text
+        assert re.search(r"between 1024 and 4096\), ring has the best value instead of", text), text
         # The chart's points are the stored latest values.
         for impl in ("dilated", "improved", "ring"):
             circles = section.locator(f'g.impl-line[data-impl="{impl}"] circle')

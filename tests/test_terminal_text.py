@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.series import store_series
 
 from perfguard.store import ChangePointRecord, CommitRecord, MachineRecord, Store
 from tests.helpers.project import git, perfguard
@@ -36,6 +37,7 @@ def test_stored_text_is_printed_with_its_control_characters_visible(tmp_path: Pa
     c0, c1 = git(repo, "rev-list", "--reverse", "HEAD").split()
     env = {"GIT_AUTHOR_NAME": "Mae", "GIT_AUTHOR_EMAIL": "mae@example.invalid"}
     reason = f"on purpose {CLEAR}{OSC8}"
+    store_series(db_url, c1, [("dilated", "bench_attention.Work.track_forward_ops")])
     accepted = perfguard(repo, "accept", "dilated", "Work.*", "--max", "2.5", "--reason", reason,
                          "--by", f"Mae {OSC8}", db=db_url, env=env)  # fmt: skip
     assert accepted.returncode == 0, accepted.stderr

@@ -157,6 +157,20 @@ def _ceiling(text: str, where: str, hint: str) -> float:
     return value
 
 
+def refuse_untrusted(what: str) -> None:
+    """Stop (exit 2) where ``PERFGUARD_UNTRUSTED`` is set: code under review cannot accept its own
+    regressions, nor revoke what a maintainer accepted."""
+    import os
+
+    if os.environ.get("PERFGUARD_UNTRUSTED", "").strip().lower() not in ("", "0", "false", "no"):
+        raise UsageError(
+            f"perfguard accept does not {what} in an untrusted context (PERFGUARD_UNTRUSTED is set): "
+            "code under review cannot change what is accepted",
+            hint="a maintainer runs it with write access to the history store, or approves the "
+            "Perfguard-Accept trailer with the approval label",
+        )
+
+
 def command_spec(
     spec: Sequence[str], *, ceiling: float | None = None, reason: str | None = None
 ) -> AcceptanceTerms:
@@ -165,15 +179,7 @@ def command_spec(
 
     Refused where ``PERFGUARD_UNTRUSTED`` is set: code under review cannot accept its own regressions.
     """
-    import os
-
-    if os.environ.get("PERFGUARD_UNTRUSTED", "").strip().lower() not in ("", "0", "false", "no"):
-        raise UsageError(
-            "perfguard accept does not run in an untrusted context (PERFGUARD_UNTRUSTED is set): "
-            "code under review cannot accept its own regressions",
-            hint="a maintainer runs it with write access to the history store, or approves the "
-            "Perfguard-Accept trailer with the approval label",
-        )
+    refuse_untrusted("run")
     tokens = list(spec)
     if ceiling is not None:
         tokens.append(f"<={ceiling!r}")
@@ -314,7 +320,9 @@ def find_acceptances(
     if store is not None:
         for stored in store.acceptances(range_shas(root, base, head_commit)):
             acceptance = Acceptance.of(stored, stored.sha, stored.id)
-            if stored.trusted:
+            if stored.revoked_at is not None:
+                ignored.append(IgnoredAcceptance(stored.sha, acceptance.describe(), stored.revocation))
+            elif stored.trusted:
                 trusted.append(acceptance)
             else:
                 ignored.append(IgnoredAcceptance(stored.sha, acceptance.describe(), "stored as untrusted"))

@@ -32,7 +32,7 @@ The functions live by job (:mod:`~perfguard.api.measure`: the commands that run 
 store's schema); every one is importable from here, the package's face.
 """
 
-from perfguard.api.accepting import Accepted, accept, acceptances
+from perfguard.api.accepting import Accepted, accept, acceptances, revoke_acceptance
 from perfguard.api.measure import DEFAULT_PLANTED, RunOutcome, bisect, calibrate, check, fidelity, run, verify
 from perfguard.api.reading import History, Rendered, history, report
 from perfguard.api.scaffolding import init
@@ -61,6 +61,7 @@ __all__ = [
     "history",
     "init",
     "report",
+    "revoke_acceptance",
     "run",
     "verify",
 ]

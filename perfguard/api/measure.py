@@ -253,7 +253,7 @@ def check(
         )
         view = build_report(outcome.stored, store=b.store)
         outcome.headline = view.headline
-        outcome.terminal = terminal_summary(view, outcome.result.counts())
+        outcome.terminal = terminal_summary(view)
         outcome.written = write_reports(b, outcome.stored, markdown=markdown, html=html, json_path=json_path)
         outcome.store = b.store.url
         return outcome

@@ -5,10 +5,12 @@ The grammar is the trailer's (:mod:`perfguard.accept`)::
     perfguard accept improved Forward.track_time --max 1.35 --reason "exact masking costs a pass"
     perfguard accept improved Forward.track_time '<=1.35' exact masking costs a pass
     perfguard accept --list
+    perfguard accept --revoke 7 --reason "the extra pass was removed in #123"
 
 Recorded acceptances are trusted: only trusted contexts can write the history store (an untrusted
 check opens it read-only), and the command refuses to run in one (``PERFGUARD_UNTRUSTED``).  Exit 0
-recorded (or listed), 2 usage or environment error.  Options and output only: the recording is
+recorded (or listed, or revoked), 2 usage or environment error (also a scope that names no stored
+series: the message lists the stored names and the closest ones).  Options and output only: the recording is
 :func:`perfguard.api.accept`.
 """
 
@@ -45,6 +47,14 @@ if TYPE_CHECKING:
 @click.option(
     "--list", "list_only", is_flag=True, help="List the stored acceptances instead (of --commit if given)."
 )
+@click.option(
+    "--revoke",
+    "revoke_id",
+    type=int,
+    default=None,
+    metavar="ID",
+    help="Revoke stored acceptance ID (see --list) with --reason: it accepts nothing from then on.",
+)
 @db_option
 @click.pass_context
 def accept(
@@ -55,6 +65,7 @@ def accept(
     rev: str,
     author: str | None,
     list_only: bool,
+    revoke_id: int | None,
     db_url: str | None,
 ) -> None:
     """Accept an intended regression within a scope and up to a ratio ceiling, with a reason.
@@ -71,6 +82,18 @@ def accept(
     from perfguard.cli.output import say
     from perfguard.errors import UsageError
 
+    if revoke_id is not None:
+        if spec or ceiling is not None or list_only:
+            raise UsageError(
+                "--revoke takes an id and a reason only",
+                hint="run `perfguard accept --revoke ID --reason WHY` on its own",
+            )
+        revoked = api.revoke_acceptance(revoke_id, reason=reason, by=author, db=db_url)
+        say(
+            f"revoked acceptance #{revoked.id} ({revoked.scope()} up to ×{revoked.ceiling:g}): "
+            + revoked.revocation
+        )
+        return
     if list_only:
         if spec or ceiling is not None or reason is not None:
             raise UsageError("--list takes no acceptance", hint="run `perfguard accept --list` on its own")
@@ -86,7 +109,7 @@ def accept(
 def _print(acceptances: Sequence[StoredAcceptance]) -> None:
     from perfguard.cli.output import print_table
 
-    columns = ("id", "commit", "scope", "ceiling", "reason", "by", "source", "trusted")
+    columns = ("id", "commit", "scope", "ceiling", "reason", "by", "source", "counts")
     rows = (
         (
             str(a.id),
@@ -96,7 +119,7 @@ def _print(acceptances: Sequence[StoredAcceptance]) -> None:
             a.reason,
             a.author + (f" (approved by {a.approved_by})" if a.approved_by else ""),
             a.source,
-            "yes" if a.trusted else "no",
+            a.revocation or ("yes" if a.trusted else "no: not trusted"),
         )
         for a in acceptances
     )

@@ -9,7 +9,6 @@ no regression, 1 regression (or broken / failed benchmark), 2 usage or environme
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -22,9 +21,6 @@ from perfguard.cli.options import (
     rounds_option,
     untrusted_option,
 )
-
-if TYPE_CHECKING:
-    from perfguard.gate import CheckOutcome
 
 _path = click.Path(dir_okay=False, path_type=Path)
 
@@ -127,30 +123,11 @@ def check(
             reporter=reporter,
             wait=not no_wait,
         )
-    _print_verdicts(outcome)
+    from perfguard.cli.output import print_verdicts
+
+    assert outcome.terminal is not None, "perfguard.api.check fills outcome.terminal"
+    print_verdicts(outcome.terminal)
     for path in outcome.written:
         say(f"wrote {path}")
     say(f"check {outcome.check_id} stored in {outcome.store} ({outcome.seconds:.0f} s)")
     ctx.exit(outcome.exit_code)
-
-
-def _print_verdicts(outcome: CheckOutcome) -> None:
-    """What the library's terminal summary holds, in its order: the table, the unstable, the headline."""
-    from perfguard.cli.output import stdout_console, text_table
-    from perfguard.console import plain
-
-    summary = outcome.terminal
-    assert summary is not None, "perfguard.api.check fills outcome.terminal"
-    style = {"regression": "bold red", "broken": "bold red", "failed": "red", "improvement": "green",
-             "accepted": "cyan"}  # fmt: skip
-    console = stdout_console(180)
-    if summary.rows:
-        rows = [row.cells for row in summary.rows]
-        styles = (style.get(row.verdict) for row in summary.rows)
-        console.print(text_table(summary.title, summary.columns, rows, styles=styles, overflow="fold"))
-    for line in summary.unstable:  # a sentence a line, not folded: a CI log keeps it greppable
-        console.print(plain(line, keep_newlines=True), style="yellow", soft_wrap=True)
-    if summary.also:
-        console.print(plain(summary.also, keep_newlines=True), soft_wrap=True)
-    console.print(plain(summary.headline))
-    console.print(plain(summary.counts), style="dim")

@@ -3,13 +3,14 @@
 Options and output only; the reading is :func:`perfguard.api.history`.  One section per series
 (machine key x benchmark x params), newest commit first, with each commit's value, its spread
 (interquartile range relative to the value), the samples behind it, and the change from the
-commit before.  Changes beyond the default 20% threshold in the worse
-direction are red, in the better direction green: a quick look, not a verdict (``perfguard check``
-decides with statistics).
-
-The store is opened read-only (``perfguard history`` never writes, creates or migrates one), and
-every stored name is printed as written: machine keys, benchmarks and parameters come from
-whoever wrote the store, so they go through :mod:`perfguard.console`, never through rich's markup.
+commit before on the baseline branch's first-parent lineage (``--baseline``, default ``main``); a
+commit off it (a pull request's head, another branch) is marked so, and its change is against the
+baseline's commit before it, never the "before" of a baseline step (issue 30). Changes beyond the
+default 20% threshold in the worse direction are red, in the better direction green: a quick look,
+not a verdict (``perfguard check`` decides with statistics). The store is opened read-only
+(``perfguard history`` never writes, creates or migrates one), and every stored name is printed as
+written: machine keys, benchmarks and parameters come from whoever wrote the store, so they go
+through :mod:`perfguard.console`, never through rich's markup.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from perfguard.units import format_value
 if TYPE_CHECKING:
     from rich.text import Text
 
+    from perfguard.report.lineage import Lineage
     from perfguard.store import SeriesPoint, StoredSeries
 
 _HIGHLIGHT = 0.20  # the default regression threshold (DESIGN.md)
@@ -42,6 +44,13 @@ _HIGHLIGHT = 0.20  # the default regression threshold (DESIGN.md)
 @click.option("--profile", default=None, help="Only runs of this profile.")
 @click.option("--branch", default=None, help="Only commits recorded on this branch.")
 @click.option("--include-dirty", is_flag=True, help="Also show dirty work trees (HEAD plus changes).")
+@click.option(
+    "--baseline",
+    default="main",
+    show_default=True,
+    metavar="REF",
+    help="The branch whose first-parent lineage the changes follow; other commits are marked off it.",
+)
 @click.option(
     "--limit",
     type=click.IntRange(min=1),
@@ -64,6 +73,7 @@ def history(
     profile: str | None,
     branch: str | None,
     include_dirty: bool,
+    baseline: str,
     limit: int,
     json_path: Path | None,
     db_url: str | None,
@@ -81,6 +91,7 @@ def history(
         include_dirty=include_dirty,
         limit=limit,
         db=db_url,
+        baseline=baseline,
     )
     if json_path is not None:
         text = json.dumps(found.to_json(), indent=2, allow_nan=False) + "\n"
@@ -91,13 +102,14 @@ def history(
     elif found.message is not None:
         say(found.message)
     else:
-        _print_table(found.store, found.series)
+        assert found.lineage is not None, "api.history gives the lineage with the series"
+        _print_table(found.store, found.series, found.lineage)
 
 
 # --- table ---------------------------------------------------------------------------------------
 
 
-def _print_table(where: str, found: list[StoredSeries]) -> None:
+def _print_table(where: str, found: list[StoredSeries], lineage: Lineage) -> None:
     from rich.table import Table
 
     from perfguard.cli.output import stdout_console
@@ -105,12 +117,18 @@ def _print_table(where: str, found: list[StoredSeries]) -> None:
 
     console = stdout_console(200)
     n_points = sum(len(s.points) for s in found)
-    table = Table(title=plain(f"{len(found)} series, {n_points} points: {where}"), title_justify="left")
+    if lineage.shas is None:
+        follows = f"changes by commit date ({lineage.ref}'s lineage unknown: {lineage.why})"
+    else:
+        follows = f"changes along {lineage.ref}'s first parents; other commits marked 'off {lineage.ref}'"
+    title = f"{len(found)} series, {n_points} points: {where}; {follows}"
+    table = Table(title=plain(title), title_justify="left")
     table.add_column("machine", overflow="fold")
     table.add_column("benchmark", overflow="fold")
     table.add_column("params", overflow="fold")
     table.add_column("commit", no_wrap=True)
     table.add_column("date (UTC)", no_wrap=True)
+    table.add_column("on", overflow="fold")
     table.add_column("value", justify="right")
     table.add_column("IQR", justify="right")
     table.add_column("n", justify="right")
@@ -120,17 +138,21 @@ def _print_table(where: str, found: list[StoredSeries]) -> None:
         points = list(series.points)
         for i, point in reversed(list(enumerate(points))):
             first = i == len(points) - 1
-            older = points[i - 1] if i > 0 else None
+            older = lineage.previous(points, i)
+            on = lineage.on(point.sha)
             table.add_row(
                 plain(series.machine_key if first else ""),
                 plain(short_benchmark(series.benchmark) if first else ""),
                 plain(series.params_key if first else ""),
                 plain(point.sha[:10] + ("+dirty" if point.dirty else "")),
                 point.committed_at.strftime("%Y-%m-%d %H:%M"),
+                plain(
+                    "" if on is None else lineage.ref if on else f"off {lineage.ref}: {point.branch or '?'}"
+                ),
                 _value(point, series.unit),
                 _spread(point),
                 f"{point.n_samples}" + (f" ({point.n_runs} runs)" if point.n_runs > 1 else ""),
-                _change(point, older, series.direction),
+                _change(point, older, series.direction, against="" if on is not False else lineage.ref),
             )
     console.print(table)
 
@@ -147,7 +169,9 @@ def _spread(point: SeriesPoint) -> str:
     return f"{(point.q75 - point.q25) / abs(point.value):.1%}"
 
 
-def _change(point: SeriesPoint, older: SeriesPoint | None, direction: str) -> Text:
+def _change(point: SeriesPoint, older: SeriesPoint | None, direction: str, *, against: str = "") -> Text:
+    """The change from ``older``; ``against``: the baseline it is measured from, for a point off it
+    (``+5.0% vs main``: a pull request's point is not a step of the baseline)."""
     if older is None or point.value is None or older.value is None or older.value == 0:
         return plain("")
     change = point.value / older.value - 1.0
@@ -155,4 +179,4 @@ def _change(point: SeriesPoint, older: SeriesPoint | None, direction: str) -> Te
         return plain("")
     worse = change > 0 if direction == "lower" else change < 0
     style = ("red" if worse else "green") if abs(change) > _HIGHLIGHT else ""
-    return plain(f"{change:+.1%}", style)
+    return plain(f"{change:+.1%}" + (f" vs {against}" if against else ""), style)

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from perfguard.report.terminal import TerminalSummary
+
 
 def say(message: str) -> None:
     """A message for the user (stderr, plain text; control characters of stored text made visible,
@@ -99,3 +101,22 @@ def write_output(path: Path, text: str, *, allow_dash: bool = False) -> None:
         click.echo(text, nl=not text.endswith("\n"))
         return
     say(f"wrote {write_atomic(output_path(path), text)}")
+
+
+def print_verdicts(summary: TerminalSummary) -> None:
+    """A check's terminal summary (:mod:`perfguard.report.terminal`) in its order: the table, the
+    unstable items, the headline and the count of every item (``perfguard check``, and ``perfguard
+    report --check ID`` for a stored check)."""
+    style = {"regression": "bold red", "broken": "bold red", "failed": "red", "improvement": "green",
+             "accepted": "cyan"}  # fmt: skip
+    console = stdout_console(180)
+    if summary.rows:
+        rows = [row.cells for row in summary.rows]
+        styles = (style.get(row.verdict) for row in summary.rows)
+        console.print(text_table(summary.title, summary.columns, rows, styles=styles, overflow="fold"))
+    for line in summary.unstable:  # a sentence a line, not folded: a CI log keeps it greppable
+        console.print(plain(line, keep_newlines=True), style="yellow", soft_wrap=True)
+    if summary.also:
+        console.print(plain(summary.also, keep_newlines=True), soft_wrap=True)
+    console.print(plain(summary.headline), soft_wrap=True)  # one line each, however long
+    console.print(plain(summary.counts), style="dim", soft_wrap=True)

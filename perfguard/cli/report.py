@@ -29,6 +29,13 @@ _file = click.Path(dir_okay=False, path_type=Path, allow_dash=True)
     "--markdown", "markdown_path", type=_file, default=None, help="With --check: Markdown path ('-': stdout)."
 )
 @click.option("--json", "json_path", type=_file, default=None, help="With --check: JSON path ('-': stdout).")
+@click.option(
+    "--baseline",
+    default="main",
+    show_default=True,
+    metavar="REF",
+    help="With --out: the branch whose first-parent lineage the charts follow (others listed apart).",
+)
 @db_option
 def report(
     out_dir: Path | None,
@@ -36,11 +43,14 @@ def report(
     html_path: Path | None,
     markdown_path: Path | None,
     json_path: Path | None,
+    baseline: str,
     db_url: str | None,
 ) -> None:
-    """Render the static history site (--out) or one stored check's report (--check)."""
+    """Render the static history site (--out) or one stored check's report (--check).
+
+    --check ID alone prints the check as ``perfguard check`` did on the terminal."""
     from perfguard import api
-    from perfguard.cli.output import say, write_output
+    from perfguard.cli.output import print_verdicts, say, write_output
     from perfguard.report.formatting import count
 
     rendered = api.report(
@@ -50,7 +60,10 @@ def report(
         html=html_path is not None,
         json=json_path is not None,
         db=db_url,
+        baseline=baseline,
     )
+    if rendered.terminal is not None:
+        print_verdicts(rendered.terminal)
     for path, text in (
         (markdown_path, rendered.markdown),
         (html_path, rendered.html),

@@ -202,7 +202,9 @@ class Item(CheckItemRecord):
 
     Stored: ``gated``: whether this item can fail the check.  ``ratio``, ``ci_low``, ``ci_high``:
     oriented so that > 1 is worse (None where undefined or infinite).  ``p_value``: the p-value the
-    decision used (Holm-adjusted over the suite's gated timings).  ``noise``: the larger
+    decision used, the one its reason states: of "worse" (Holm-adjusted over the suite's gated
+    timings) for a regression, unstable or unchanged item, of "better" for an improvement, none
+    for an unchanged speed-up.  ``noise``: the larger
     within-round IQR/median of the two sides.  ``threshold``: the relative threshold in force
     (0.20 = 20%).  ``base_n`` / ``head_n``: samples a side.  Not stored: the CV of round medians,
     the raw p-value, the Hodges-Lehmann ratio, round counts, where the threshold came from, and

@@ -18,19 +18,12 @@ from perfguard.compare.model import (
     Item,
     Measurement,
     Verdict,
+    derived_source,
     describe,
 )
 from perfguard.config import Config, Rule
 from perfguard.metrics import DETERMINISTIC_METRICS, REGISTRY, REPORTED_METRICS, WORK_METRICS
-from perfguard.units import format_delta, format_value
-
-
-def _fmt_p(p: float) -> str:
-    """3e-06 -> "3e-6", 0.0123 -> "0.012", 0.5 -> "0.5"."""
-    if p >= 0.001:
-        return f"{p:.2g}"
-    mantissa, exponent = f"{p:.0e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
+from perfguard.units import format_delta, format_p, format_value
 
 
 def _fmt_ratio(ratio: float, metric: str) -> str:
@@ -44,14 +37,17 @@ def _fmt_ratio(ratio: float, metric: str) -> str:
     return f"{1 / ratio:.2f}× {better}"
 
 
-def _fmt_stats(ratio: float, ci: tuple[float, float], p: float | None, confidence: float) -> str:
-    """ "(95% CI 1.93–2.10, p=3e-6)", the interval in the orientation _fmt_ratio shows."""
+def _fmt_stats(
+    ratio: float, ci: tuple[float, float], p: float | None, confidence: float, p_label: str = ""
+) -> str:
+    """ "(95% CI 1.93–2.10, p=3e-6)", the interval in the orientation _fmt_ratio shows; ``p_label``
+    names the test when it is not the samples' (``rounds p=0.002``)."""
     lo, hi = ci if ratio >= 1 else (1 / ci[1] if ci[1] else math.inf, 1 / ci[0] if ci[0] else math.inf)
     parts = []
     if math.isfinite(lo) and math.isfinite(hi):
         parts.append(f"{round(confidence * 100)}% CI {lo:.2f}–{hi:.2f}")
     if p is not None:
-        parts.append(f"p={_fmt_p(p)}")
+        parts.append(f"{p_label + ' ' if p_label else ''}p={format_p(p)}")
     return f"({', '.join(parts)})" if parts else ""
 
 
@@ -164,8 +160,9 @@ def structural(
             base, head, verdict, reason, threshold=rule.threshold, gated=gated, rule_source=rule.source
         )
 
-    if broken:
-        return item(Verdict.BROKEN, f"implementation {m.impl!r} failed perfguard verify in head", gated=True)
+    if broken:  # fails the check, through its own items: a derived one follows its timing (issue 30)
+        why = f"implementation {m.impl!r} failed perfguard verify in head"
+        return item(Verdict.BROKEN, why, gated=derived_source(m.benchmark) is None)
     if base is None:
         assert head is not None
         if head.status == "failed":
@@ -212,8 +209,12 @@ def _is_noisy(noise: stats.Noise, config: Config) -> bool:
     )
 
 
-def _decide_timing(pair: Pair, config: Config, p_better: float) -> tuple[Verdict, str]:
-    """The statistical rule for a timing-like item (docs/verdicts.md, "Stage 1")."""
+def _decide_timing(pair: Pair, config: Config, p_better: float) -> tuple[Verdict, str, float | None]:
+    """The statistical rule for a timing-like item (docs/verdicts.md, "Stage 1"), and the p-value
+    the verdict used: p(worse) for a regression or an unstable item, p(better) for an improvement,
+    none for an unchanged speed-up (issue 30: the p column showed p(worse) = 1 beside an
+    improvement whose reason said p=4e-61).  The reason states that same p, so no rendering can
+    show two."""
     t = pair.rule.threshold
     hi = 1.0 + t
     lo_bound = 1.0 + t / 2.0
@@ -223,15 +224,15 @@ def _decide_timing(pair: Pair, config: Config, p_better: float) -> tuple[Verdict
     alpha = config.alpha
     pct = round(config.confidence * 100)
 
-    def line(p: float | None) -> str:
+    def line(p: float | None, p_label: str = "") -> str:
         label = describe(pair.head.benchmark, pair.head.metric)
         change = _fmt_ratio(r, pair.head.metric)
-        numbers = _fmt_stats(r, pair.ci, p, config.confidence)
+        numbers = _fmt_stats(r, pair.ci, p, config.confidence, p_label)
         return f"{label} {change}{' ' if numbers else ''}{numbers}, threshold {hi:.2f}"
 
     evidence = r > hi and pair.p_adj < alpha and ci_lo > lo_bound
     if evidence and (not noisy or ci_lo > hi):
-        return Verdict.REGRESSION, line(pair.p_adj)
+        return Verdict.REGRESSION, line(pair.p_adj), pair.p_adj
     if evidence or (ci_hi > hi and (noisy or r > hi)):
         if noisy:
             why = f"too noisy to decide ({_noise_text(pair.noise, config)})"
@@ -240,14 +241,25 @@ def _decide_timing(pair: Pair, config: Config, p_better: float) -> tuple[Verdict
             why += f" after Holm over {pair.family} benchmarks)" if pair.family > 1 else ")"
         else:
             why = f"the {pct}% CI reaches down to {ci_lo:.2f} (needs > {lo_bound:.2f})"
-        return Verdict.UNSTABLE, f"{line(pair.p_adj)}; {why}"
+        return Verdict.UNSTABLE, f"{line(pair.p_adj)}; {why}", pair.p_adj
+    # An improvement: the mirror image, significant over rounds (the unit of independence), not
+    # over samples (docs/verdicts.md, "Improvements"); without that it is unchanged, saying why.
     better_evidence = r < 1 / hi and p_better < alpha and ci_hi < 1 / lo_bound
     if better_evidence and (not noisy or ci_hi < 1 / hi):
-        return Verdict.IMPROVEMENT, line(p_better)
-    text = line(None if r < 1 else pair.p_adj)  # the p of "worse" says nothing about a speed-up
+        return Verdict.IMPROVEMENT, line(p_better, "rounds"), p_better
+    if better_evidence:  # significant over rounds, but noisy and its interval reaches back over 1/(1+t)
+        why = f"too noisy to decide ({_noise_text(pair.noise, config)})"
+        return Verdict.UNSTABLE, f"{line(p_better, 'rounds')}; {why}", p_better
+    if r < 1 / hi and ci_hi < 1 / lo_bound:  # faster beyond the threshold, but not shown over rounds
+        rounds = f"{pair.base.side.k}+{pair.head.side.k} rounds"
+        why = f"not significant over {rounds} (p >= {alpha:g}"
+        why += f" after Bonferroni over {pair.family})" if pair.family > 1 else ")"
+        return Verdict.UNCHANGED, f"{line(p_better, 'rounds')}; not an improvement: {why}", p_better
+    shown = None if r < 1 else pair.p_adj  # the p of "worse" says nothing about a speed-up
+    text = line(shown)
     if noisy:
         text += f"; noisy ({_noise_text(pair.noise, config)}), but the CI stays under the threshold"
-    return Verdict.UNCHANGED, text
+    return Verdict.UNCHANGED, text, shown
 
 
 def _decide_memory(pair: Pair, config: Config) -> tuple[Verdict, str]:
@@ -294,7 +306,7 @@ def _decide_work(pair: Pair) -> tuple[Verdict, str]:
     return Verdict.UNCHANGED, f"{change}, within threshold {hi:.2f}"
 
 
-def _pair_item(pair: Pair, verdict: Verdict, reason: str, hl: float | None) -> Item:
+def _pair_item(pair: Pair, verdict: Verdict, reason: str, hl: float | None, p_used: float | None) -> Item:
     deterministic = pair.head.metric in DETERMINISTIC_METRICS
     return _item(
         pair.base,
@@ -309,7 +321,7 @@ def _pair_item(pair: Pair, verdict: Verdict, reason: str, hl: float | None) -> I
         ratio=_finite(pair.ratio),
         ci_low=None if deterministic else _finite(pair.ci[0]),
         ci_high=None if deterministic else _finite(pair.ci[1]),
-        p_value=None if deterministic else pair.p_adj,
+        p_value=None if deterministic else p_used,
         noise=_finite(pair.noise.iqr_ratio),
         round_cv=_finite(pair.noise.round_cv),
         round_spread=_finite(pair.noise.round_spread),
@@ -352,6 +364,7 @@ def compare_pairs(pairs: list[Pair], config: Config) -> list[Item]:
     items = []
     for p in pairs:
         hl: float | None = None
+        p_used: float | None = None
         if p.head.metric in WORK_METRICS:
             verdict, reason = _decide_work(p)
         elif p.head.metric in DETERMINISTIC_METRICS:
@@ -359,11 +372,13 @@ def compare_pairs(pairs: list[Pair], config: Config) -> list[Item]:
         else:
             p_better = 1.0
             hi = 1.0 + p.rule.threshold
-            if p.ratio < 1 / hi:  # only then can it be an improvement; Bonferroni (never fails)
-                p_better = stats.mann_whitney_worse(p.head.side.pooled, p.base.side.pooled, p.head.direction)
+            if p.ratio < 1 / hi:  # only then can it be an improvement: over rounds, Bonferroni
+                p_better = stats.rounds_better(
+                    p.base.side.round_medians, p.head.side.round_medians, p.head.direction
+                )
                 p_better = min(1.0, p_better * (family if p.gated else 1))
-            verdict, reason = _decide_timing(p, config, p_better)
+            verdict, reason, p_used = _decide_timing(p, config, p_better)
             if verdict is not Verdict.UNCHANGED:
                 hl = stats.hodges_lehmann_ratio(p.base.side.pooled, p.head.side.pooled, p.head.direction)
-        items.append(_pair_item(p, verdict, reason, hl))
+        items.append(_pair_item(p, verdict, reason, hl, p_used))
     return items

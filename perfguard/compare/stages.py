@@ -36,13 +36,19 @@ def _index(measurements: Iterable[Measurement], side: str) -> dict[tuple[str, st
 
 
 def _is_suspect(item: Item, config: Config) -> bool:
-    return (
+    """A gated timing that moved by more than ``suspect_fraction`` of its threshold, either way: a
+    regression and an improvement are claimed by the same rule, after an interleaved re-measurement
+    (issue 30: improvements were never re-measured)."""
+    if not (
         item.gated
         and item.metric not in DETERMINISTIC_METRICS
-        and item.verdict in (Verdict.REGRESSION, Verdict.UNSTABLE, Verdict.UNCHANGED)
+        and item.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT, Verdict.UNSTABLE, Verdict.UNCHANGED)
         and item.ratio is not None
-        and item.ratio > 1.0 + config.suspect_fraction * item.threshold
-    )
+        and item.ratio > 0
+    ):
+        return False
+    bound = 1.0 + config.suspect_fraction * item.threshold
+    return item.ratio > bound or item.ratio < 1.0 / bound
 
 
 def _compare(
@@ -118,7 +124,11 @@ def compare_suite(
     re-measurement of ``suspects`` before using ``exit_code``.
     """
     items = _follow_sources(_compare(base, head, config, broken_impls))
-    suspects = sorted((i for i in items if _is_suspect(i, config)), key=lambda i: -(i.ratio or 0.0))
+    # worst first, then the improvements, biggest first
+    suspects = sorted(
+        (i for i in items if _is_suspect(i, config)),
+        key=lambda i: (-(i.ratio or 0.0), 0.0) if (i.ratio or 0.0) >= 1 else (0.0, i.ratio or 0.0),
+    )
     return SuiteComparison(items=tuple(items), suspects=tuple(suspects))
 
 
@@ -176,10 +186,20 @@ def decide_after_retry(first: Item, retry: Item) -> Item:
                 f"measurement: a regression needs the CI above {needed:.2f}"
             )
             retry = replace(retry, verdict=Verdict.UNSTABLE, reason=f"{retry.reason}; {why}")
-    if retry.verdict is Verdict.REGRESSION:
+    if retry.verdict is Verdict.IMPROVEMENT and spread > 1 + t:  # the mirror image
+        needed = 1 / (spread * (1 + t / 2))
+        if retry.ci_high is not None and retry.ci_high >= needed:
+            why = (
+                f"but fresh processes of the same code landed up to {spread:.2f}× apart in the first "
+                f"measurement: an improvement needs the CI below {needed:.2f}"
+            )
+            retry = replace(retry, verdict=Verdict.UNSTABLE, reason=f"{retry.reason}; {why}")
+    if retry.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT) and retry.verdict is first.verdict:
         prefix = "confirmed on re-measurement"
-    elif first.verdict is Verdict.REGRESSION:
+    elif first.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT) and retry.verdict is not first.verdict:
         prefix = "not confirmed on re-measurement"
+    elif retry.verdict is Verdict.REGRESSION:
+        prefix = "confirmed on re-measurement"
     else:
         prefix = "re-measured"
     rounds = f"{retry.base_rounds}+{retry.head_rounds} rounds"

@@ -70,8 +70,9 @@ def check_to_json(check: StoredCheck | CheckReport, *, store: Store | None = Non
         "head": commit(report.head),
         "base": commit(report.base),
         "aa": report.aa,
-        "counts": dict(report.counts),
-        "counts_by_role": {role: dict(n) for role, n in report.role_counts.items()},
+        "counts": report.tally.by_verdict,
+        "counts_by_role": {role: dict(n) for role, n in report.tally.roles.items()},
+        "counts_text": report.tally.line,
         "items": [item(i) for i in report.items],
         "environment": {
             "recorded": report.environment.recorded,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +30,6 @@ from perfguard.report.items import (
     ACCEPTED,
     FAILING,
     QUIET,
-    ROLES,
     VERDICT_ORDER,
     CommitView,
     ItemView,
@@ -49,6 +47,7 @@ from perfguard.report.stories import (
     noise_story,
     retry_story,
 )
+from perfguard.report.tally import Tally, tally
 from perfguard.store import Store, StoredCheck
 from perfguard.store.check_summary import CheckSummary
 
@@ -67,8 +66,7 @@ class CheckReport:
     head: CommitView
     base: CommitView
     items: list[ItemView]  # display order: each primary item followed by its derived rows
-    counts: dict[str, int]  # verdict -> items, every item
-    role_counts: dict[str, dict[str, int]]  # role -> verdict -> items
+    tally: Tally  # items per role and verdict: every count any rendering shows
     environment: Environment
     repro: list[str]
     axis: RatioAxis
@@ -146,21 +144,14 @@ class CheckReport:
     def grid(self) -> ResultGrid:
         return result_grid(self.primary)
 
-    def phrase(self, verdict: str, role: str | None = None) -> str:
-        """``2 regressions``, ``1 improvement``: a count (of one role, or of all items) and its word."""
-        n = self.counts.get(verdict, 0) if role is None else self.role_counts.get(role, {}).get(verdict, 0)
-        return phrase(verdict, n)
-
     def named(self, verdict: str) -> list[ItemView]:
+        """The primary items of ``verdict``: what a line that names them lists, counted by
+        ``tally.primary_phrase(verdict)``."""
         return [i for i in self.primary if i.verdict == verdict]
 
     @property
     def icon(self) -> str:
         return "❌" if self.failing else "✅"
-
-    @property
-    def derived_count(self) -> int:
-        return sum(self.role_counts.get("derived", {}).values())
 
     @property
     def headline(self) -> str:
@@ -171,9 +162,9 @@ class CheckReport:
         counted apart; so are items that cannot fail the check.  Accepted regressions are gated
         items that do not fail: ``perfguard: 2 accepted · 0 regressions (gated) · 16 unchanged``.
         """
-        gated = self.role_counts.get("gated", {})
-        derived = self.role_counts.get("derived", {})
-        reported = self.role_counts.get("reported", {})
+        gated = self.tally.roles.get("gated", {})
+        derived = self.tally.roles.get("derived", {})
+        reported = self.tally.roles.get("reported", {})
         accepted = gated.get(ACCEPTED, 0)
         if self.failing:
             bad = [phrase(v, gated[v]) for v in VERDICT_ORDER if v in FAILING and gated.get(v)]
@@ -201,8 +192,8 @@ class CheckReport:
         Improvements and ``unstable`` items have lines of their own; derived items follow their
         timing; items that cannot fail the check are marked so.
         """
-        gated = self.role_counts.get("gated", {})
-        reported = self.role_counts.get("reported", {})
+        gated = self.tally.roles.get("gated", {})
+        reported = self.tally.roles.get("reported", {})
         own_lines = {"improvement", "unstable", ACCEPTED}
         out = []
         if self.failing:
@@ -216,8 +207,9 @@ class CheckReport:
             for v in VERDICT_ORDER
             if reported.get(v) and v not in own_lines
         ]
-        if self.derived_count:
-            out.append(f"{self.derived_count} derived (tokens/s, TFLOP/s: their timing's verdict)")
+        derived = sum(self.tally.roles.get("derived", {}).values())
+        if derived:
+            out.append(f"{derived} derived (tokens/s, TFLOP/s: their timing's verdict)")
         unused = self.acceptances.unused if self.acceptances is not None else []
         if unused:
             out.append(f"{formatting.count(len(unused), 'acceptance')} found no regression in its scope")
@@ -291,14 +283,6 @@ def build_report(
         for i in check.items
     ]
     items = arrange(views)
-    counted = Counter(i.verdict for i in items)
-    counts = {v: counted[v] for v in VERDICT_ORDER if counted[v]}
-    counts.update({v: n for v, n in counted.items() if v not in counts})  # unknown verdicts still show
-    role_counts: dict[str, dict[str, int]] = {}
-    for role in ROLES:
-        c = Counter(i.verdict for i in items if i.role == role)
-        if c:
-            role_counts[role] = {v: c[v] for v in [*VERDICT_ORDER, *sorted(c)] if c.get(v)}
     ratios = [
         x for i in items for x in (i.item.ratio, i.item.ci_low, i.item.ci_high) if x is not None and x > 0
     ]
@@ -310,8 +294,7 @@ def build_report(
         head=head,
         base=base,
         items=items,
-        counts=counts,
-        role_counts=role_counts,
+        tally=tally(items),
         environment=check_environment(check.environment, base_run, head_run),
         repro=repro_commands(check, items),
         axis=ratio_axis(ratios, check.threshold),

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from perfguard import units
 from perfguard.engine.suite import short_name
 
 #: How a reader names a benchmark (asv name without its module -> words).  Work metrics (issue 12):
@@ -69,12 +70,8 @@ def format_interval(low: float | None, high: float | None) -> str:
 
 
 def format_p(p: float | None) -> str:
-    """p-values: two significant digits, ``<0.0001`` below that (more digits mean nothing here)."""
-    if p is None:
-        return "–"
-    if p < 1e-4:
-        return "<0.0001"
-    return f"{p:.2g}" if p < 0.01 else f"{p:.3f}".rstrip("0").rstrip(".")
+    """A p-value as the item's reason states it (:func:`perfguard.units.format_p`), ``–`` for none."""
+    return "–" if p is None else units.format_p(p)
 
 
 def format_percent(x: float | None) -> str:

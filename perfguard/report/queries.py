@@ -115,6 +115,58 @@ def verdict_marks(store: Store) -> list[VerdictMark]:
         ) from None
 
 
+class CheckTally(NamedTuple):
+    """A stored check as the Changes page lists it: its commits and its gated items per verdict."""
+
+    check_id: int
+    created_at: Any
+    machine_label: str
+    head_sha: str
+    head_branch: str | None
+    head_subject: str
+    base_sha: str
+    verdict: str
+    gated: dict[str, int]  # verdict -> gated items (what a check report's headline counts)
+
+
+def check_tallies(store: Store) -> list[CheckTally]:
+    """Every stored check, newest first, with its gated items counted by verdict in the database.
+
+    The gated items are the ones a check report's headline counts (:mod:`perfguard.report.tally`:
+    an item's role is ``gated`` exactly when it is stored gated), so the site says what the report
+    of each check says without reading every item.
+    """
+    from sqlalchemy import func
+
+    head, base = aliased(Commit), aliased(Commit)
+    counts = (
+        select(CheckItem.check_id, CheckItem.verdict, func.count().label("n"))
+        .where(CheckItem.gated.is_(True))
+        .group_by(CheckItem.check_id, CheckItem.verdict)
+    )
+    checks = (
+        select(Check.id, Check.created_at, Machine.label, head.sha, head.branch, head.subject, base.sha,
+               Check.verdict)
+        .join(Machine, Check.machine_id == Machine.id)
+        .join(head, Check.head_commit_id == head.id)
+        .join(base, Check.base_commit_id == base.id)
+        .order_by(Check.created_at.desc(), Check.id.desc())
+    )  # fmt: skip
+    try:
+        with store.engine.connect() as connection:
+            per_check: dict[int, dict[str, int]] = {}
+            for check_id, verdict, n in connection.execute(counts):
+                per_check.setdefault(check_id, {})[verdict] = n
+            return [CheckTally(*row, gated=per_check.get(row[0], {})) for row in connection.execute(checks)]
+    except StoredValueError as exc:
+        raise damaged(exc, store.url, "reading the checks from") from None
+    except SQLAlchemyError as exc:
+        raise StoreError(
+            f"could not read the checks from {store.url}: {exc}",
+            hint="check --db / PERFGUARD_DB; `perfguard db upgrade` if the schema is older than perfguard",
+        ) from None
+
+
 def load_check(store: Store, check_id: int) -> Any:
     """``Store.get_check``, with an error that says what to do when there is no such check."""
     check = store.get_check(check_id)

@@ -9,7 +9,14 @@ crossing point is interpolated on log-log axes (the lines cross where their log 
 All pairwise crossings are listed too.
 
 *Memory exponent*: the least-squares slope of log(peak memory) against log(seq_len), so linear
-memory reads ≈ 1 and quadratic ≈ 2.
+memory reads ≈ 1 and quadratic ≈ 2, fitted only to :data:`MIN_FIT_POINTS` or more lengths: two
+points always lie on a line, so their slope says nothing about the shape (issue 30).
+
+*Decided* (issue 30: "ring is best at every measured length" from single noisy values): the best
+value at a length is a claim only when its ≈95% interval and the runner-up's do not overlap and
+both come from two or more rounds; otherwise the page says why not (one round: the interval is
+within one process; the intervals overlap), and a crossover says whether the lengths around it
+are decided.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from perfguard.report.items import column_order
 from perfguard.report.series import MachineInfo, Series
 
 SEQ = "seq_len"
+#: Lengths a complexity fit needs: two points always lie on a line.
+MIN_FIT_POINTS = 3
 
 
 @dataclass
@@ -36,6 +45,9 @@ class Line:
     points: dict[int, float]  # seq_len -> latest value
     shas: dict[int, str]  # seq_len -> commit of that value
     slug: dict[int, str]  # seq_len -> page of the series
+    low: dict[int, float | None] = field(default_factory=dict)  # seq_len -> ≈95% interval of the value
+    high: dict[int, float | None] = field(default_factory=dict)
+    runs: dict[int, int] = field(default_factory=dict)  # seq_len -> rounds behind the value
     exponent: float | None = None
     fit_points: int = 0
 
@@ -57,6 +69,7 @@ class Crossover:
     above: int
     before: str  # winner (or first impl) below
     after: str  # winner above
+    undecided: str = ""  # why the lengths around it do not decide it ("" when both do)
 
     @property
     def label(self) -> str:
@@ -74,6 +87,7 @@ class Group:
     lines: list[Line]
     seq_lens: list[int]
     winners: dict[int, str] = field(default_factory=dict)
+    undecided: dict[int, str] = field(default_factory=dict)  # seq_len -> why its winner is no claim
     crossovers: list[Crossover] = field(default_factory=list)  # of the winner
     pairwise: list[Crossover] = field(default_factory=list)
 
@@ -81,6 +95,20 @@ class Group:
     def title(self) -> str:
         rest = formatting.params_label(self.params)
         return f"{formatting.metric_label(self.benchmark)}{' · ' + rest if rest else ''}"
+
+    @property
+    def claim(self) -> str:
+        """What the page may say of the best values without a crossover: ``decided at every measured
+        length``, or which lengths are not and why."""
+        if not self.undecided:
+            return (
+                "the best value at every measured length, "
+                "with ≈95% intervals apart each time (two or more rounds)"
+            )
+        open_ = "; ".join(f"{n}: {why}" for n, why in sorted(self.undecided.items()))
+        decided = [n for n in self.winners if n not in self.undecided]
+        where = f"decided at {', '.join(map(str, sorted(decided)))}; " if decided else ""
+        return f"the best value at every measured length, but {where}not decided at {open_}"
 
     def value(self, impl: str, n: int) -> float | None:
         for line in self.lines:
@@ -122,6 +150,7 @@ def groups(
             n = int(s.params[SEQ])
             line = lines.setdefault(s.impl, Line(s.impl, colors.get(s.impl, 0) % 10, {}, {}, {}))
             line.points[n] = latest.value
+            line.low[n], line.high[n], line.runs[n] = latest.low, latest.high, latest.runs
             line.shas[n] = latest.commit.short
             line.slug[n] = slugs[s.page_key]
         if len(lines) < min_lines:
@@ -162,6 +191,9 @@ def _crossovers(group: Group) -> None:
                 best = (line.impl, v)
         if best is not None:
             group.winners[n] = best[0]
+            why = _undecided(group, n, best[0])
+            if why:
+                group.undecided[n] = why
     # The winner's changes, interpolated between the two impls involved.
     for n0, n1 in zip(group.seq_lens, group.seq_lens[1:], strict=False):
         a, b = group.winners.get(n0), group.winners.get(n1)
@@ -172,7 +204,8 @@ def _crossovers(group: Group) -> None:
             at = math.sqrt(n0 * n1)  # not measured on both sides: the geometric midpoint
         else:
             at = _cross(n0, n1, math.log(va0 / vb0), math.log(va1 / vb1))  # type: ignore[operator]
-        group.crossovers.append(Crossover(at, n0, n1, a, b))
+        why = "; ".join(f"at {n}: {group.undecided[n]}" for n in (n0, n1) if n in group.undecided)
+        group.crossovers.append(Crossover(at, n0, n1, a, b, why))
     for la, lb in combinations(group.lines, 2):
         common = sorted(set(la.points) & set(lb.points))
         for n0, n1 in pairwise(common):
@@ -186,10 +219,29 @@ def _crossovers(group: Group) -> None:
     group.pairwise.sort(key=lambda c: (c.seq_len, c.before, c.after))
 
 
+def _undecided(group: Group, n: int, best: str) -> str:
+    """Why the best value at ``n`` is no claim ("" when it is one): the runner-up's ≈95% interval
+    overlaps it, or either value is one round (its interval within one process only)."""
+    lines = {ln.impl: ln for ln in group.lines if n in ln.points}
+    if len(lines) < 2:
+        return "one implementation measured"
+    others = [ln for impl, ln in lines.items() if impl != best]
+    higher = group.direction == "higher"
+    runner = max(others, key=lambda ln: ln.points[n]) if higher else min(others, key=lambda ln: ln.points[n])
+    pair = (lines[best], runner)
+    if any(ln.runs.get(n, 1) < 2 for ln in pair):
+        return "one round (no interval across processes)"
+    b_lo, b_hi, r_lo, r_hi = (pair[0].low.get(n), pair[0].high.get(n), runner.low.get(n), runner.high.get(n))
+    if None in (b_lo, b_hi, r_lo, r_hi):
+        return "no interval"
+    apart = b_lo > r_hi if higher else b_hi < r_lo  # type: ignore[operator]
+    return "" if apart else f"the ≈95% intervals of {best} and {runner.impl} overlap"
+
+
 def _fit(line: Line) -> None:
     pts = [(math.log(n), math.log(v)) for n, v in sorted(line.points.items()) if n > 0 and v > 0]
     line.fit_points = len(pts)
-    if len(pts) < 2 or len({x for x, _ in pts}) < 2:
+    if len(pts) < MIN_FIT_POINTS or len({x for x, _ in pts}) < MIN_FIT_POINTS:
         return
     mx = sum(x for x, _ in pts) / len(pts)
     my = sum(y for _, y in pts) / len(pts)

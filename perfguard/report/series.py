@@ -29,14 +29,15 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from perfguard import units
 from perfguard.report import formatting
+from perfguard.report.lineage import Lineage
 from perfguard.report.queries import VerdictMark
-from perfguard.store import StoredMachine, StoredSeries
+from perfguard.store import SeriesPoint, StoredMachine, StoredSeries
 
 
 @dataclass
@@ -74,6 +75,21 @@ class Point:
     interval: str  # "≈95% CI" | ""
     n: int
     method: str | None
+    status: str
+    runs: int = 1  # rounds (fresh processes) behind the value: one round's interval is within-process only
+
+
+@dataclass(frozen=True)
+class OtherPoint:
+    """A result of a commit that is not on the baseline branch's first-parent lineage: shown as such,
+    never a point of the series' line or a step of it."""
+
+    commit: CommitInfo
+    branch: str
+    value: float | None
+    low: float | None
+    high: float | None
+    runs: int
     status: str
 
 
@@ -117,6 +133,7 @@ class Series:
     gated: bool
     points: list[Point] = field(default_factory=list)  # results with a value, oldest first
     failures: list[Point] = field(default_factory=list)  # failed results (no value)
+    others: list[OtherPoint] = field(default_factory=list)  # commits off the baseline's lineage
     marks: list[Mark] = field(default_factory=list)
 
     @property
@@ -168,15 +185,32 @@ def median_interval(
 
 
 def assemble(
-    stored: Iterable[StoredSeries], machines: Iterable[StoredMachine] = ()
+    stored: Iterable[StoredSeries],
+    machines: Iterable[StoredMachine] = (),
+    lineage: Lineage | None = None,
 ) -> tuple[list[MachineInfo], list[Series]]:
     """Machines with their ordered commits, and every series with its points (no marks yet).
 
     ``stored`` comes from ``Store.series``; ``machines`` (``Store.machines()``) only adds each
-    machine's kind.  A machine's x axis is every commit any of its series was measured at.
+    machine's kind.  A machine's x axis is every commit any of its series was measured at on the
+    baseline branch's ``lineage`` (its first parents: every commit when it is unknown); a point of
+    another commit (a branch measured by ``perfguard run``) is kept apart in ``Series.others``,
+    never a step of the series (issue 30).
     """
     kinds = {m.key: m.kind for m in machines}
     stored = list(stored)
+    others: dict[tuple[str, str, str], list[SeriesPoint]] = {}
+    if lineage is not None:
+        lineage = lineage.of(p.sha for st in stored for p in st.points)
+    if lineage is not None and lineage.shas is not None:
+        kept = []
+        for st in stored:
+            off = [p for p in st.points if lineage.on(p.sha) is False]
+            if off:
+                others[(st.machine_key, st.benchmark, st.params_key)] = off
+                st = replace(st, points=tuple(p for p in st.points if lineage.on(p.sha) is not False))
+            kept.append(st)
+        stored = kept
     infos: dict[str, MachineInfo] = {}
     commits_of: dict[str, dict[str, CommitInfo]] = defaultdict(dict)
     for st in stored:
@@ -219,11 +253,25 @@ def assemble(
                 n=p.n_samples,
                 method=p.method,
                 status=p.status,
+                runs=p.n_runs,
             )
             if p.status == "ok" and p.value is not None and math.isfinite(p.value):
                 series.points.append(point)
             elif p.status == "failed":
                 series.failures.append(point)
+        for p in others.get((st.machine_key, st.benchmark, st.params_key), []):
+            interval = median_interval(p.value, p.q25, p.q75, p.n_samples)
+            series.others.append(
+                OtherPoint(
+                    CommitInfo(p.sha, p.committed_at, p.subject),
+                    p.branch or "",
+                    p.value if p.status == "ok" else None,
+                    interval[0] if interval else None,
+                    interval[1] if interval else None,
+                    p.n_runs,
+                    p.status,
+                )
+            )
         out.append(series)
     out.sort(key=lambda s: (s.impl, s.benchmark, formatting.natural_key(s.other_params), s.machine.key))
     return sorted(infos.values(), key=lambda m: m.key), out

@@ -50,9 +50,11 @@ from perfguard.report import formatting, site_benchmark, site_index
 from perfguard.report import ranks as ranks_view
 from perfguard.report.charts import PALETTE, loglog_chart
 from perfguard.report.downloads import write_downloads
-from perfguard.report.queries import HISTORY_PURPOSES, open_store, verdict_marks
+from perfguard.report.lineage import Lineage
+from perfguard.report.queries import HISTORY_PURPOSES, check_tallies, open_store, verdict_marks
 from perfguard.report.scaling import Group, groups
 from perfguard.report.series import Series, assemble, mark_checks, mark_steps, page_slug
+from perfguard.report.site_checks import CHECKS_LISTED, check_rows, coverage
 from perfguard.report.site_steps import (
     acceptances_json,
     attach_flags,
@@ -91,8 +93,12 @@ def build_site(
     step_threshold: float = 0.05,
     workers: int | None = None,
     title: str = "perfguard history",
+    lineage: Lineage | None = None,
 ) -> SiteSummary:
-    """Render the whole site from the store into ``out_dir`` (see the module docstring)."""
+    """Render the whole site from the store into ``out_dir`` (see the module docstring).
+
+    ``lineage``: the baseline branch's first parents (:mod:`perfguard.report.lineage`): the charts'
+    points; results of other commits are listed under their chart as such (None: every commit)."""
     started = time.perf_counter()
     out = Path(out_dir)
     _check_out(out)  # refuse a wrong --out before reading anything; write nothing until the store is read
@@ -102,9 +108,12 @@ def build_site(
         stored = store.series(purposes=HISTORY_PURPOSES, trusted_only=True)
         machines_stored = store.machines()
         vmarks = verdict_marks(store)
+        tallies = check_tallies(store)
         points = store.change_points()
         accepted = store.acceptances()
-    machines, series = assemble(stored, machines_stored)
+    if lineage is not None:
+        lineage = lineage.of(p.sha for st in stored for p in st.points)
+    machines, series = assemble(stored, machines_stored, lineage)
     # A series that was only ever skipped (peak GPU memory on a CPU) has nothing to draw.
     series = [s for s in series if s.points or s.failures]
     # ... but the kernel comparison lists the kernels a machine skipped, with why: it keeps its own.
@@ -124,6 +133,7 @@ def build_site(
     impls = sorted({s.impl for s in series})
     colors = {impl: i for i, impl in enumerate(impls)}
     n_commits = len({c.sha for m in machines for c in m.commits})
+    checks = check_rows(tallies, {c.sha for m in machines for c in m.commits})
     common = {
         "csp": SITE_CSP,
         "inline_assets": False,
@@ -251,6 +261,9 @@ def build_site(
         "site/regressions.html",
         page="regressions",
         marks=site_index.recent_marks(series, slugs),
+        checks=checks[:CHECKS_LISTED],
+        checks_more=max(0, len(checks) - CHECKS_LISTED),
+        covers=coverage(n_commits, len(machines), checks, lineage),
         steps=steps,
         acceptances=sorted(accepted, key=lambda a: (a.created_at, a.id), reverse=True),
     )

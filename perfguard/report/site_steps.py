@@ -54,6 +54,8 @@ def acceptance_text(a: StoredAcceptance) -> str:
         f"{a.scope()} up to ×{a.ceiling:g} by {acceptance_who(a)}: {a.reason!r} "
         f"({acceptance_origin(a)} at {formatting.short_sha(a.sha)})"
     )
+    if a.revocation:
+        return f"{text}; {a.revocation}: it accepts nothing"
     return text if a.trusted else text + "; not trusted: it accepts nothing"
 
 

@@ -12,7 +12,6 @@ headline and the count of every verdict stay the last two lines.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from perfguard.report import formatting
@@ -46,7 +45,7 @@ class TerminalSummary:
     unstable: list[str]  # the lines that explain the unstable items (empty: none)
     also: str  # one line with what nothing above names ("" when there is nothing)
     headline: str
-    counts: str  # "6 items: unchanged 3, unstable 3"
+    counts: str  # "6 items: gated 2 unchanged, 1 unstable · derived 3 unchanged"
     columns: tuple[str, ...] = field(default=COLUMNS)
 
 
@@ -77,8 +76,9 @@ def _row(view: ItemView) -> Row:
     )
 
 
-def noise_lines(story: NoiseStory, threshold: float) -> list[str]:
-    """The unstable items in three lines: how many (and which), this machine's noise, what would decide."""
+def noise_lines(story: NoiseStory, threshold: float, counted: str) -> list[str]:
+    """The unstable items in three lines: how many (``counted``, the report's tally of them) and which,
+    this machine's noise, what would decide."""
     n = len(story.items)
     named = ", ".join(
         f"{u.view.item.impl} {u.view.label} {formatting.format_ratio(u.view.item.ratio)} "
@@ -88,7 +88,7 @@ def noise_lines(story: NoiseStory, threshold: float) -> list[str]:
     more = f", and {n - NAMED_UNSTABLE} more" if n > NAMED_UNSTABLE else ""
     aa = f". {AA_NOTE}" if story.aa else ""
     first = (
-        f"{n} unstable (too noisy to decide at {formatting.format_threshold(threshold)}; never fails){aa}: "
+        f"{counted} (too noisy to decide at {formatting.format_threshold(threshold)}; never fails){aa}: "
         f"{named}{more}."
     )
     measured = (
@@ -112,17 +112,20 @@ def noise_lines(story: NoiseStory, threshold: float) -> list[str]:
     return [first, measured, " ".join(advice)]
 
 
-def terminal_summary(report: CheckReport, counts: Mapping[str, int]) -> TerminalSummary:
-    """The terminal's view of ``report``; ``counts``: items per verdict, in the order the line lists them."""
+def terminal_summary(report: CheckReport) -> TerminalSummary:
+    """The terminal's view of ``report``: its counts and words are the report's (``report.tally``)."""
     rows = [_row(v) for v in report.items if v.role == "gated" and v.verdict in SHOWN]
-    unstable = noise_lines(report.noise, report.check.threshold) if report.noise is not None else []
+    unstable = (
+        noise_lines(report.noise, report.check.threshold, report.tally.primary_phrase("unstable"))
+        if report.noise is not None
+        else []
+    )
     also = f"Also: {' · '.join(report.also)}." if report.also else ""
-    listed = ", ".join(f"{v} {n}" for v, n in counts.items() if n)
     return TerminalSummary(
         title=f"perfguard check {report.check.id}: {report.check.verdict}",
         rows=rows,
         unstable=unstable,
         also=also,
         headline=report.headline,
-        counts=f"{sum(counts.values())} items: {listed}",
+        counts=report.tally.line,
     )

@@ -73,6 +73,7 @@ Reading history (the site and ``perfguard history``; never loads samples)::
     store.latest(**same filters) -> list[StoredSeries]      # each cut to its newest commit
     store.machines() -> list[StoredMachine]
     store.distinct("impl" | "benchmark" | "machine") -> list[str]
+    store.series_names() -> list[tuple[str, str]]  # stored (impl, benchmark) pairs
 
 Acceptances and change points (``perfguard.accept``, ``perfguard.changepoints``;
 docs/living-with-regressions.md)::
@@ -82,6 +83,7 @@ docs/living-with-regressions.md)::
         # one transaction; an identical stored acceptance is reused; a trusted one also accepts the
         # flagged change points of that commit it covers within its ceiling
     store.acceptances(shas=None, *, trusted_only=False) -> list[StoredAcceptance]  # oldest first
+    store.revoke_acceptance(id, *, by, reason) -> StoredAcceptance  # it accepts nothing from then on
     store.record_change_points(machine, commit, previous: CommitRecord, *, profile,
                                points: Sequence[ChangePointRecord], detected_at=None)
         -> list[StoredChangePoint]     # one row per (machine, commit, benchmark, params_key), upserted

@@ -150,6 +150,22 @@ class StoredAcceptance(AcceptanceRecord):
     id: int
     sha: str
     created_at: datetime
+    revoked_at: datetime | None = None  # ``perfguard accept --revoke``: it accepts nothing since
+    revoked_by: str | None = None
+    revoked_reason: str | None = None
+
+    @property
+    def counts(self) -> bool:
+        """Whether it accepts anything: trusted, and not revoked."""
+        return self.trusted and self.revoked_at is None
+
+    @property
+    def revocation(self) -> str:
+        """``revoked by Mae: 'undone in #12'`` ("" when it was not)."""
+        if self.revoked_at is None:
+            return ""
+        why = self.revoked_reason or ""
+        return f"revoked by {self.revoked_by or '?'} on {self.revoked_at:%Y-%m-%d}: {why!r}"
 
 
 def validate_acceptances(
@@ -185,9 +201,18 @@ def insert_acceptances(
             .values(**values, **_acceptance_values(record))
             .on_conflict_do_nothing(index_elements=["commit_id", "identity"])
         )
-        row_id = session.scalars(
-            select(Acceptance.id).where(Acceptance.commit_id == commit_id, Acceptance.identity == identity)
+        row_id, revoked_by = session.execute(
+            select(Acceptance.id, Acceptance.revoked_by).where(
+                Acceptance.commit_id == commit_id, Acceptance.identity == identity
+            )
         ).one()
+        if revoked_by is not None:  # the same terms, revoked: it must not quietly count again
+            from perfguard.errors import UsageError
+
+            raise UsageError(
+                f"this acceptance was recorded before as #{row_id} and revoked by {revoked_by}",
+                hint="record it with another reason or ceiling (saying why it holds again)",
+            )
         ids.append(row_id)
         if record.trusted:
             flagged = session.scalars(
@@ -251,5 +276,50 @@ def stored_acceptance(row: Acceptance, sha: str) -> StoredAcceptance:
         id=row.id,
         sha=sha,
         created_at=row.created_at,
+        revoked_at=row.revoked_at,
+        revoked_by=row.revoked_by,
+        revoked_reason=row.revoked_reason,
         **{name: getattr(row, name) for name in _ACCEPTANCE_FIELDS},
+    )
+
+
+def revoke_acceptance(
+    session: Session, acceptance_id: int, *, by: str, reason: str, revoked_at: datetime
+) -> Acceptance | None:
+    """Mark one acceptance revoked (None: there is none with that id; a revoked one is left as it was).
+
+    The steps it accepted go back to flagged, unless another counting acceptance of the same commit
+    covers them within its ceiling.  One transaction with the caller's: nothing or all of it.
+    """
+    row = session.get(Acceptance, acceptance_id)
+    if row is None or row.revoked_at is not None:
+        return row
+    row.revoked_at, row.revoked_by, row.revoked_reason = revoked_at, by, reason
+    others = [
+        a
+        for a in session.scalars(select(Acceptance).where(Acceptance.commit_id == row.commit_id)).all()
+        if a.id != row.id and a.trusted and a.revoked_at is None
+    ]
+    for point in session.scalars(select(ChangePoint).where(ChangePoint.acceptance_id == row.id)).all():
+        cover = next(
+            (
+                a
+                for a in others
+                if _terms(a).covers(point.impl, point.benchmark, point.metric, point.params)
+                and point.ratio <= a.ceiling
+            ),
+            None,
+        )
+        point.acceptance_id = cover.id if cover is not None else None
+    return row
+
+
+def _terms(row: Acceptance) -> AcceptanceTerms:
+    return AcceptanceTerms(
+        impl=row.impl,
+        benchmark=row.benchmark,
+        ceiling=row.ceiling,
+        reason=row.reason,
+        metric=row.metric,
+        params=dict(row.params),
     )

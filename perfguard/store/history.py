@@ -147,6 +147,12 @@ def distinct(session: Session, column: str) -> list[str]:
     return list(session.scalars(select(target).distinct().order_by(target)))
 
 
+def series_names(session: Session) -> list[tuple[str, str]]:
+    """Stored (implementation, benchmark) pairs, sorted (what ``perfguard accept`` checks names against)."""
+    stmt = select(Result.impl, Result.benchmark).distinct().order_by(Result.impl, Result.benchmark)
+    return [(impl, benchmark) for impl, benchmark in session.execute(stmt)]
+
+
 _POINT_COLUMNS = (
     Machine.key.label("machine_key"),
     Machine.label.label("machine_label"),

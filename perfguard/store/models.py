@@ -251,6 +251,10 @@ class Acceptance(Base):
     approved_by: Mapped[str | None] = mapped_column(StoredText(255))  # the maintainer who approved a trailer
     trusted: Mapped[bool] = mapped_column(Boolean)
     created_at: Mapped[datetime]
+    # ``perfguard accept --revoke``: when, by whom and why it stopped counting (None: it counts)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+    revoked_by: Mapped[str | None] = mapped_column(StoredText(255), default=None)
+    revoked_reason: Mapped[str | None] = mapped_column(StoredLongText(), default=None)
 
     commit: Mapped[Commit] = relationship()
 

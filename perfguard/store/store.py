@@ -25,7 +25,7 @@ from perfguard.store.acceptances import AcceptanceRecord, StoredAcceptance
 from perfguard.store.change_points import ChangePointRecord, StoredChangePoint
 from perfguard.store.connection import StoreConnection
 from perfguard.store.models import Commit, Machine
-from perfguard.store.record_checks import check_record
+from perfguard.store.record_checks import check_record, require_text
 from perfguard.store.records import (
     MEASUREMENT_PURPOSES,
     CheckItemRecord,
@@ -289,6 +289,40 @@ class Store(StoreConnection):
         with self._reading("reading acceptances from") as session:
             return acceptances_table.acceptances(session, shas=shas, trusted_only=trusted_only)
 
+    def revoke_acceptance(
+        self, acceptance_id: int, *, by: str, reason: str, revoked_at: datetime | None = None
+    ) -> StoredAcceptance:
+        """Revoke acceptance ``acceptance_id`` (who, why, when) in one transaction; the stored row.
+
+        It accepts nothing from then on (checks and ``perfguard changes`` ignore it, saying so), the
+        steps it accepted are flagged again unless another acceptance of their commit covers them,
+        and the row stays, so what it once accepted keeps its name.  Unknown or already revoked:
+        :class:`~perfguard.errors.UsageError` (exit 2), nothing written.
+        """
+        from perfguard.errors import UsageError
+
+        revoked_at = datetime.now(timezone.utc) if revoked_at is None else revoked_at
+        check_record("revocation", lambda: require_text("revoked by", by, 255))
+        check_record("revocation", lambda: require_text("revocation reason", reason, 100_000))
+        with self._writing("revoking an acceptance in") as session:
+            row = acceptances_table.revoke_acceptance(
+                session, acceptance_id, by=by, reason=reason, revoked_at=revoked_at
+            )
+            if row is None:
+                raise UsageError(
+                    f"no acceptance #{acceptance_id} in {self.url}",
+                    hint="`perfguard accept --list` shows the stored ones with their ids",
+                )
+            if row.revoked_at != revoked_at:
+                raise UsageError(
+                    f"acceptance #{acceptance_id} is already revoked "
+                    f"({row.revoked_by}: {row.revoked_reason!r})",
+                    hint="a revoked acceptance accepts nothing; record a new one to accept again",
+                )
+        with self._reading("reading acceptances from") as session:
+            [stored] = acceptances_table.acceptances(session, ids=[acceptance_id], trusted_only=False)
+        return stored
+
     def record_change_points(
         self,
         machine: MachineRecord,
@@ -380,3 +414,8 @@ class Store(StoreConnection):
         """Stored values of ``impl``, ``benchmark`` or ``machine`` (for 'did you mean' messages)."""
         with self._reading("reading history from") as session:
             return history.distinct(session, column)
+
+    def series_names(self) -> list[tuple[str, str]]:
+        """Every stored (implementation, benchmark) pair: what an acceptance may name."""
+        with self._reading("reading history from") as session:
+            return history.series_names(session)
