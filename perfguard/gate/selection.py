@@ -176,11 +176,12 @@ def selection_line(selection: Selection) -> str:
     """The line the check prints and every report shows: what was measured and why."""
     if selection.everything:
         return f"measuring every implementation: {selection.reason}"
-    measured = ", ".join(selection.measured) or "none"
     skipped = len(selection.not_measured)
+    if not selection.measured:
+        return f"measuring no implementation: {selection.reason} ({skipped} not affected)"
     return (
-        f"measuring {len(selection.measured)} of {len(selection.measured) + skipped} implementations "
-        f"({measured}): {selection.reason}; not affected, not measured: {skipped}"
+        f"measuring {len(selection.measured)} of {len(selection.measured) + skipped} implementations, "
+        f"those the change reaches ({', '.join(selection.measured)}); {skipped} not affected, not measured"
     )
 
 

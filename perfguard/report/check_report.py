@@ -230,8 +230,11 @@ class CheckReport:
             f"{impl} ({', '.join(mods[:3])}{' …' if len(mods) > 3 else ''})"
             for impl, mods in sel.measured.items()
         )
-        out = [f"{len(sel.measured)} of {total} implementations measured, the ones the change reaches"]
-        out[0] += f": {reached}" if reached else f" (none: {sel.reason})"
+        if reached:
+            lead = f"{len(sel.measured)} of {total} implementations measured, those the change reaches"
+            out = [f"{lead}: {reached}"]
+        else:
+            out = [f"no implementation measured: {sel.reason}"]
         if sel.not_measured:
             out.append(
                 f"{len(sel.not_measured)} not affected, not measured (their stored baseline stands): "
