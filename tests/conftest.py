@@ -15,8 +15,12 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.helpers.recordings import PostgresRecordings, Recordings
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -74,14 +78,16 @@ class PostgresServer:
         """The URL of a database on this server, password included (as a plain string)."""
         return self.admin_url.set(database=database).render_as_string(hide_password=False)
 
-    def create_database(self) -> str:
+    def create_database(self, template: str | None = None) -> str:
+        """A new database, empty or a copy of ``template`` (which nobody may be connected to)."""
         import uuid
 
         from sqlalchemy import text
 
         name = f"perfguard_test_{uuid.uuid4().hex[:12]}"
+        copy = f' TEMPLATE "{template}"' if template else ""
         with self._admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
+            conn.execute(text(f'CREATE DATABASE "{name}"{copy}'))
         return name
 
     def drop_database(self, name: str) -> None:
@@ -220,3 +226,26 @@ def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
         yield postgres_server.url_for(name)
     finally:
         postgres_server.drop_database(name)
+
+
+# --- recordings of main, made once per session and copied per test (tests/helpers/recordings.py) ---
+
+
+@pytest.fixture(scope="session")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> Recordings:
+    """SQLite stores holding a ``perfguard run`` of ``main``, recorded once, copied per test."""
+    from tests.helpers.recordings import Recordings
+
+    return Recordings(tmp_path_factory.mktemp("recordings"))
+
+
+@pytest.fixture(scope="session")
+def postgres_recordings(postgres_server: PostgresServer) -> Iterator[PostgresRecordings]:
+    """The same on PostgreSQL: a template database per recording, a database made from it per test."""
+    from tests.helpers.recordings import PostgresRecordings
+
+    made = PostgresRecordings(postgres_server)
+    try:
+        yield made
+    finally:
+        made.close()

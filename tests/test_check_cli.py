@@ -38,6 +38,7 @@ from sqlalchemy import create_engine, inspect, text
 
 from perfguard.units import format_value
 from tests.helpers.project import planted
+from tests.helpers.recordings import PostgresRecordings, Recordings
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = r"(Forward\.track_time|Work\.track_forward_(flops|ops|allocated))\('(dilated|improved)', 512,"
@@ -112,8 +113,12 @@ if _noisy_file and "round_worker" in _noisy_sys.argv[0]:
 
         ImplSpec.build = _noisy
 """
+#: main's rules: 2 re-measurement rounds a side instead of 5 (the verdicts these tests assert are
+#: exact work counts; the re-measurement only has to happen: its profiled first round gives the
+#: report's "what changed underneath").  The last table of pyproject.toml, so a branch adds to it.
+RETRY_ROUNDS = "\n[tool.perfguard.retry]\nrounds = 2\n"
 #: The ``noisy`` branch's rules: no re-measurement (the test is about what is printed, not stage 2).
-NO_RETRY = "\n[tool.perfguard.retry]\nenabled = false\n"
+NO_RETRY = "enabled = false\n"
 
 
 BRANCHES = (
@@ -126,9 +131,16 @@ BRANCHES = (
 )
 
 
-def git(cwd: Path, *args: str) -> str:
+#: The origin's commits are dated here, so that every module that builds it gets the same commits
+#: and shares one recording of main (tests/helpers/recordings.py); later commits are dated now.
+ORIGIN_DATE = "2026-01-01T00:00:00+00:00"
+
+
+def git(cwd: Path, *args: str, dated: bool = False) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}  # fmt: skip
+    if dated:
+        env.update(GIT_AUTHOR_DATE=ORIGIN_DATE, GIT_COMMITTER_DATE=ORIGIN_DATE)
     proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, f"git {' '.join(args)}: {proc.stderr}"
     return proc.stdout.strip()
@@ -146,15 +158,17 @@ def build_origin(repo: Path) -> Path:
         shutil.copy2(ROOT / name, repo / name)
     with (repo / "attention" / "registry.py").open("a") as fh:
         fh.write(TRIM)
+    with (repo / "pyproject.toml").open("a") as fh:
+        fh.write(RETRY_ROUNDS)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
+    git(repo, "commit", "-q", "-m", "base", dated=True)
     for branch, changes in BRANCHES:
         git(repo, "checkout", "-q", "-b", branch, "main")
         for path, addition in changes:
             with (repo / path).open("a") as fh:
                 fh.write(addition)
-        git(repo, "commit", "-qam", branch)
+        git(repo, "commit", "-qam", branch, dated=True)
     git(repo, "checkout", "-q", "main")
     return repo
 
@@ -243,12 +257,30 @@ def work_items(document: dict[str, Any], impl: str) -> list[dict[str, Any]]:
     return [i for i in document["items"] if i["impl"] == impl and i["metric"] in WORK]
 
 
-def main_flow(repo: Path, db: str, tmp_path: Path) -> None:
-    recorded = perfguard(repo, "run", "--bench", BENCH, db=db)
+#: main, recorded by ``perfguard run`` with the default 3 rounds: once per session (and store
+#: kind), copied into each test that starts from it (tests/helpers/recordings.py).
+RECORD_MAIN = ("run", "--bench", BENCH)
+
+
+def assert_main_recorded(recorded: subprocess.CompletedProcess[str]) -> None:
+    """What ``perfguard run`` of main says (checked on the one recording the tests share)."""
     assert recorded.returncode == 0, recorded.stderr
     assert "stored 3 round(s)" in recorded.stderr
     assert_progress_reaches_total(recorded.stderr)  # [1/4] ... [4/4] in each of the 3 rounds
 
+
+def recorded_main_sqlite(recordings: Recordings, repo: Path, tmp_path: Path) -> str:
+    """A SQLite store of this test's own holding the session's recording of main."""
+    return recordings.sqlite(repo, tmp_path / "store", RECORD_MAIN, run=perfguard, check=assert_main_recorded)
+
+
+def recorded_main_postgres(postgres_recordings: PostgresRecordings, repo: Path) -> str:
+    """A PostgreSQL database of this test's own holding the session's recording of main."""
+    return postgres_recordings.postgres(repo, RECORD_MAIN, run=perfguard, check=assert_main_recorded)
+
+
+def main_flow(repo: Path, db: str, tmp_path: Path) -> None:
+    """``db`` holds main's 3 recorded rounds (:data:`RECORD_MAIN`)."""
     git(repo, "checkout", "-q", "double")
     out = tmp_path / "double"
     slow = perfguard(repo, "check", "--baseline", "main", "--bench", BENCH, "--json", f"{out}.json",
@@ -299,16 +331,18 @@ def main_flow(repo: Path, db: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_regression_fails_and_comment_passes_on_sqlite(repo: Path, tmp_path: Path) -> None:
-    main_flow(repo, sqlite_url(tmp_path), tmp_path)
+def test_regression_fails_and_comment_passes_on_sqlite(
+    repo: Path, tmp_path: Path, recordings: Recordings
+) -> None:
+    main_flow(repo, recorded_main_sqlite(recordings, repo, tmp_path), tmp_path)
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_regression_fails_and_comment_passes_on_postgresql(
-    repo: Path, tmp_path: Path, postgres_url: str
+    repo: Path, tmp_path: Path, postgres_recordings: PostgresRecordings
 ) -> None:
-    main_flow(repo, postgres_url, tmp_path)
+    main_flow(repo, recorded_main_postgres(postgres_recordings, repo), tmp_path)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -427,16 +461,10 @@ def test_a_dirty_work_tree_is_measured_as_head_plus_changes(repo: Path, tmp_path
 # errors: exit 2, a message that says what to do, the store as it was
 
 
-def seeded_store(repo: Path, tmp_path: Path) -> str:
-    """A store that already holds one run of main (so 'as it was' is not trivially 'empty')."""
-    db = sqlite_url(tmp_path)
-    seeded = perfguard(repo, "run", "--bench", BENCH, "--rounds", "1", db=db)
-    assert seeded.returncode == 0, seeded.stderr
-    return db
-
-
-def test_unknown_baseline_ref_exits_2_and_leaves_the_store_alone(repo: Path, tmp_path: Path) -> None:
-    db = seeded_store(repo, tmp_path)
+def test_unknown_baseline_ref_exits_2_and_leaves_the_store_alone(
+    repo: Path, tmp_path: Path, recordings: Recordings
+) -> None:
+    db = recorded_main_sqlite(recordings, repo, tmp_path)  # not empty: 'as it was' is not trivial
     before = table_counts(db)
     result = perfguard(repo, "check", "--baseline", "no-such-branch", "--bench", BENCH, db=db)
     assert result.returncode == 2
@@ -563,11 +591,11 @@ def test_a_benchmark_process_that_dies_fails_its_case_and_the_round_goes_on(
     ("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"]
 )
 def test_a_run_interrupted_midway_keeps_its_finished_rounds(
-    repo: Path, tmp_path: Path, sig: int, code: int
+    repo: Path, tmp_path: Path, recordings: Recordings, sig: int, code: int
 ) -> None:
     """Issue 27, item 8: every round is stored when it ends; an interruption loses only the round in
     progress, exits 128 + the signal (never 1, "regression", nor 2, "usage error") and says what it kept."""
-    db = seeded_store(repo, tmp_path)
+    db = recorded_main_sqlite(recordings, repo, tmp_path)
     before = table_counts(db)
     env = {**os.environ, "PERFGUARD_DB": db, "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "perfguard", "run", "--bench", BENCH, "--rounds", "3"]
@@ -640,8 +668,7 @@ def _kill_when_measuring(proc: subprocess.Popen[str], scratch: Path, victim: str
 
 
 def killed_baseline_flow(repo: Path, db: str, tmp_path: Path) -> None:
-    good = perfguard(repo, "run", "--bench", BENCH, db=db)
-    assert good.returncode == 0, good.stderr
+    """``db`` holds main's 3 recorded rounds (:data:`RECORD_MAIN`), all good."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     env = {**os.environ, "PERFGUARD_DB": db, "PYTHONUNBUFFERED": "1", "TMPDIR": str(scratch)}
@@ -666,16 +693,18 @@ def killed_baseline_flow(repo: Path, db: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_killed_baseline_round_is_measured_again_on_sqlite(repo: Path, tmp_path: Path) -> None:
-    killed_baseline_flow(repo, sqlite_url(tmp_path), tmp_path)
+def test_a_killed_baseline_round_is_measured_again_on_sqlite(
+    repo: Path, tmp_path: Path, recordings: Recordings
+) -> None:
+    killed_baseline_flow(repo, recorded_main_sqlite(recordings, repo, tmp_path), tmp_path)
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_a_killed_baseline_round_is_measured_again_on_postgresql(
-    repo: Path, tmp_path: Path, postgres_url: str
+    repo: Path, tmp_path: Path, postgres_recordings: PostgresRecordings
 ) -> None:
-    killed_baseline_flow(repo, postgres_url, tmp_path)
+    killed_baseline_flow(repo, recorded_main_postgres(postgres_recordings, repo), tmp_path)
 
 
 @pytest.mark.slow

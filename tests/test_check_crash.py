@@ -28,6 +28,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tests.helpers.project import append_commit, git, perfguard, planted, project_repo
+from tests.helpers.recordings import PostgresRecordings, Recordings
 
 #: Only the timing: the work metrics of an 8x forward would fail the check on their own.
 BENCH = r"Forward\.track_time\('improved', 512,"
@@ -105,9 +106,20 @@ def _checks(db: str) -> int:
         engine.dispose()
 
 
-def killed_in_stage_2(repo: Path, db: str, tmp_path: Path, kills: int) -> tuple[int, str, Path]:
-    stored = perfguard(repo, "run", "--bench", BENCH, "--rounds", "2", db=db)
+#: main, recorded once per session and copied into each test's store (tests/helpers/recordings.py).
+RECORD_MAIN = ("run", "--bench", BENCH, "--rounds", "2")
+
+
+def _assert_stored(stored: subprocess.CompletedProcess[str]) -> None:
     assert stored.returncode == 0, stored.stderr
+
+
+def recorded_main_sqlite(recordings: Recordings, repo: Path, tmp_path: Path) -> str:
+    return recordings.sqlite(repo, tmp_path / "store", RECORD_MAIN, run=perfguard, check=_assert_stored)
+
+
+def killed_in_stage_2(repo: Path, db: str, tmp_path: Path, kills: int) -> tuple[int, str, Path]:
+    """``db`` holds main's 2 rounds (:data:`RECORD_MAIN`)."""
     git(repo, "checkout", "-q", "slow")
     counter = tmp_path / "kills"
     out = tmp_path / "check.json"
@@ -129,22 +141,24 @@ def baseline_dies_every_time(repo: Path, db: str, tmp_path: Path) -> None:
 
 
 def test_a_baseline_killed_in_every_re_measurement_fails_the_check_closed_on_sqlite(
-    repo: Path, tmp_path: Path
+    repo: Path, tmp_path: Path, recordings: Recordings
 ) -> None:
-    baseline_dies_every_time(repo, f"sqlite:///{tmp_path / 'history.db'}", tmp_path)
+    baseline_dies_every_time(repo, recorded_main_sqlite(recordings, repo, tmp_path), tmp_path)
 
 
 @pytest.mark.postgres
 def test_a_baseline_killed_in_every_re_measurement_fails_the_check_closed_on_postgresql(
-    repo: Path, tmp_path: Path, postgres_url: str
+    repo: Path, tmp_path: Path, postgres_recordings: PostgresRecordings
 ) -> None:
-    baseline_dies_every_time(repo, postgres_url, tmp_path)
+    db = postgres_recordings.postgres(repo, RECORD_MAIN, run=perfguard, check=_assert_stored)
+    baseline_dies_every_time(repo, db, tmp_path)
 
 
 def test_a_baseline_killed_once_in_the_re_measurement_is_re_measured_never_new(
-    repo: Path, tmp_path: Path
+    repo: Path, tmp_path: Path, recordings: Recordings
 ) -> None:
-    code, log, out = killed_in_stage_2(repo, f"sqlite:///{tmp_path / 'history.db'}", tmp_path, kills=1)
+    db = recorded_main_sqlite(recordings, repo, tmp_path)
+    code, log, out = killed_in_stage_2(repo, db, tmp_path, kills=1)
     assert (tmp_path / "kills").read_text() == "x", log
     assert "measuring them again" in log, log
     items = json.loads(out.read_text())["items"]

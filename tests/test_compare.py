@@ -89,6 +89,7 @@ def test_verdict_is_a_string_enum() -> None:
         "failed",
         "skipped",
         "accepted",
+        "not affected",
     ]
 
 

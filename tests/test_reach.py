@@ -7,7 +7,6 @@ selection is computed from its own import statements (never listed by hand).
 
 from __future__ import annotations
 
-import ast
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from perfguard.reach import reach
 from perfguard.reach.trees import Tree
+from tests.helpers import import_walk
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -180,31 +180,6 @@ def test_a_file_that_does_not_parse_reaches_everything(kern_repo) -> None:
     assert result.everything and "does not parse" in result.reason
 
 
-def _roots_of_this_repository() -> dict[str, tuple[str, ...]]:
-    """Implementation -> its class's module (and its core's, for a multihead module), from the table."""
-    from attention.registry import IMPLEMENTATIONS
-
-    by_name = {s.name: s for s in IMPLEMENTATIONS}
-    roots = {}
-    for spec in IMPLEMENTATIONS:
-        if not spec.guarded:
-            continue
-        modules = [spec.class_path.partition(":")[0]]
-        if spec.core is not None:
-            modules.append(by_name[spec.core].class_path.partition(":")[0])
-        roots[spec.name] = tuple(modules)
-    return roots
-
-
-def _imported_by(path: Path) -> set[str]:
-    """The ``attention.*`` modules a file names in its import statements (the test's own reading)."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("attention"):
-            names.add(node.module)
-    return names
-
-
 def test_a_change_in_this_repositorys_dilated_module_reaches_what_imports_it(tmp_path: Path) -> None:
     root = tmp_path / "copy"
     shutil.copytree(REPO / "attention", root / "attention", ignore=shutil.ignore_patterns("__pycache__"))
@@ -212,31 +187,15 @@ def test_a_change_in_this_repositorys_dilated_module_reaches_what_imports_it(tmp
     base = _commit(root, "base")
     target = root / "attention" / "dilated.py"
     target.write_text(target.read_text() + "\n# a change\n")
-    roots = _roots_of_this_repository()
     result = reach(
         Tree(root, base),
         Tree(root, _commit(root, "dilated")),
         package="attention",
         package_dir="attention",
-        roots=roots,
+        roots=import_walk.roots(),
         declaration_modules=("attention.registry",),
     )
-    # expected, by a second reading: an implementation is reached when a module it imports
-    # (transitively, the test's own walk) is attention.dilated
-    files = {p.stem: p for p in (root / "attention").glob("*.py")}
-
-    def walk(module: str, seen: set[str]) -> set[str]:
-        stem = module.rpartition(".")[2]
-        if module in seen or stem not in files:
-            return seen
-        seen.add(module)
-        for name in _imported_by(files[stem]):
-            walk(name, seen)
-        return seen
-
-    expected = {
-        impl for impl, mods in roots.items() if any("attention.dilated" in walk(m, set()) for m in mods)
-    }
+    expected = import_walk.importers(root / "attention", "attention.dilated")  # the test's own reading
     assert not result.everything, result.reason
     assert result.implementations == expected
     assert {"dilated", "multihead_dilated"} <= expected  # the module itself and its multihead module

@@ -28,6 +28,8 @@ from markdown_it import MarkdownIt
 
 from perfguard.compare import Measurement, Verdict, compare_suite
 from perfguard.config import parse_config
+from perfguard.gate.selection import not_affected_items
+from perfguard.reach import Reach
 from perfguard.store import CheckItemRecord, CommitRecord, MachineRecord, Store
 from perfguard.units import format_p
 
@@ -89,6 +91,8 @@ def every_verdict() -> list[CheckItemRecord]:
     base += _timing("wrong", 1.0, seed=4)
     head += _timing("wrong", 1.0, seed=4)  # broken
     items = compare_suite(base, head, config, broken_impls={"wrong"}).items
+    reach = Reach(False, "1 implementation(s) import a changed module", frozenset({"slow"}), {"slow": ("m",)})
+    items += tuple(not_affected_items(reach, ["slow", "untouched"], 0.2))  # not affected (not measured)
     items = tuple(
         replace(i, verdict=Verdict.ACCEPTED, reason=f"accepted up to 1.6× by dev: 'why'; {i.reason}")
         if i.impl == "traded"

@@ -34,6 +34,8 @@ from test_check_cli import (
     fresh_clone,
     git,
     perfguard,
+    recorded_main_postgres,
+    recorded_main_sqlite,
     report,
     sqlite_url,
     table_counts,
@@ -43,6 +45,7 @@ from test_check_cli import (
 from perfguard.profiles import SUITE_VERSION
 from perfguard.store import ResultRecord, RunRecord, Store
 from tests.helpers.project import planted
+from tests.helpers.recordings import PostgresRecordings, Recordings
 
 MACHINE_KEY_CMD = [
     sys.executable,
@@ -63,8 +66,7 @@ def repo(origin: Path, tmp_path: Path) -> Path:
 
 
 def untrusted_flow(repo: Path, db: str, tmp_path: Path) -> None:
-    recorded = perfguard(repo, "run", "--bench", BENCH, db=db)  # main's workflow: trusted
-    assert recorded.returncode == 0, recorded.stderr
+    """``db`` holds main's 3 rounds, recorded by ``perfguard run`` (main's workflow: trusted)."""
     main_sha = git(repo, "rev-parse", "main")
     results_db = f"sqlite:///{tmp_path / 'pr-results.db'}"
     # the PR job: its code can write only its own results store, never the history store
@@ -121,16 +123,18 @@ def _plant_into(results_db: str, history_db: str, repo: Path, sha: str) -> None:
 
 
 @pytest.mark.slow
-def test_pr_code_cannot_move_the_baseline_on_sqlite(repo: Path, tmp_path: Path) -> None:
-    untrusted_flow(repo, sqlite_url(tmp_path), tmp_path)
+def test_pr_code_cannot_move_the_baseline_on_sqlite(
+    repo: Path, tmp_path: Path, recordings: Recordings
+) -> None:
+    untrusted_flow(repo, recorded_main_sqlite(recordings, repo, tmp_path), tmp_path)
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_pr_code_cannot_move_the_baseline_on_postgresql(
-    repo: Path, tmp_path: Path, postgres_url: str
+    repo: Path, tmp_path: Path, postgres_recordings: PostgresRecordings
 ) -> None:
-    untrusted_flow(repo, postgres_url, tmp_path)
+    untrusted_flow(repo, recorded_main_postgres(postgres_recordings, repo), tmp_path)
 
 
 CACHE_SPY = """

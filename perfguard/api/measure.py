@@ -211,6 +211,7 @@ def check(
     untrusted: bool = False,
     results_db: str | None = None,
     accept_approved_by: str | None = None,
+    measure_all: bool = False,
     reporter: Reporter | None = None,
     cwd: Path | None = None,
     wait: bool = True,
@@ -221,6 +222,7 @@ def check(
     written to ``markdown`` / ``html`` / ``json_path`` from the stored check.  ``outcome.exit_code``:
     0 no regression, 1 a regression, broken implementation or failed benchmark.  ``untrusted``: HEAD
     is code under review: the history store is read-only and this check writes to ``results_db``.
+    ``measure_all``: every implementation, not only those the change can reach (:mod:`perfguard.reach`).
     """
     from perfguard.files import check_output_path
     from perfguard.gate import run_check, write_reports
@@ -250,6 +252,7 @@ def check(
             verify=not no_verify,
             verify_report=verify_report,
             accept_approved_by=accept_approved_by,
+            measure_all=measure_all,
         )
         view = build_report(outcome.stored, store=b.store)
         outcome.headline = view.headline

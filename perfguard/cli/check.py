@@ -70,6 +70,13 @@ _path = click.Path(dir_okay=False, path_type=Path)
     help="The maintainer who approved the Perfguard-Accept trailers of this PR (the workflow passes it "
     "when a maintainer applied the perfguard-accept label); without it they are ignored.",
 )
+@click.option(
+    "--all",
+    "measure_all",
+    is_flag=True,
+    help="Measure every implementation, not only those the change between the merge-base and HEAD can "
+    "reach (the guarded package's import graph; docs/verdicts.md, 'What a check measures').",
+)
 @no_wait_option
 @click.pass_context
 def check(
@@ -89,6 +96,7 @@ def check(
     untrusted: bool,
     results_db_url: str | None,
     accept_approved_by: str | None,
+    measure_all: bool,
     no_wait: bool,
 ) -> None:
     """Compare HEAD with the baseline on this machine; exit 1 on a real regression.
@@ -120,6 +128,7 @@ def check(
             untrusted=untrusted,
             results_db=results_db_url,
             accept_approved_by=accept_approved_by,
+            measure_all=measure_all,
             reporter=reporter,
             wait=not no_wait,
         )

@@ -31,7 +31,7 @@ Typical use by ``perfguard check``::
 API
 ---
 ``Verdict``                  regression improvement unchanged unstable new missing broken failed skipped
-                             accepted
+                             accepted, not affected
 ``Measurement``              one side of one benchmark x params (rounds of samples, status, unit, metric...)
 ``Measurement.from_results(rounds)``           -> Measurement from the store's results, one per round
 ``measurements_from_rounds(rounds)``            -> [Measurement] from rounds of results (grouped by key)
@@ -53,6 +53,7 @@ from __future__ import annotations
 from perfguard.compare.model import (
     DERIVED_FROM,
     FAILING_VERDICTS,
+    REACH_BENCHMARK,
     STATUSES,
     VERIFY_BENCHMARK,
     Item,
@@ -71,6 +72,7 @@ from perfguard.store.records import params_key
 __all__ = [
     "DERIVED_FROM",
     "FAILING_VERDICTS",
+    "REACH_BENCHMARK",
     "STATUSES",
     "VERIFY_BENCHMARK",
     "Item",

@@ -47,11 +47,15 @@ class Verdict(StrEnum):
     FAILED = "failed"  # the benchmark failed in head (fails when it worked in the baseline)
     SKIPPED = "skipped"  # skipped on either side (cannot run here: no CUDA, too big)
     ACCEPTED = "accepted"  # a regression within a trusted acceptance's scope and ceiling (perfguard.accept)
+    NOT_AFFECTED = "not affected"  # the change cannot reach it: not measured (perfguard.reach)
 
 
 FAILING_VERDICTS = frozenset({Verdict.REGRESSION, Verdict.BROKEN, Verdict.FAILED})
 #: The benchmark name of the item that stands for a broken implementation with no benchmark.
 VERIFY_BENCHMARK = "perfguard verify"
+#: The benchmark name of the item that stands for an implementation the change cannot reach
+#: (perfguard.reach): not measured, its stored baseline stays the baseline.
+REACH_BENCHMARK = "perfguard reach"
 STATUSES = ("ok", "failed", "skipped")
 #: Reported numbers computed from another benchmark's samples (asvrun derives them from the forward
 #: samples): one measurement gets one verdict, its source's (DESIGN.md, "Verdicts").

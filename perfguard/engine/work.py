@@ -75,6 +75,32 @@ def _flop_formulas() -> dict[Any, Callable[..., int]]:
     return formulas
 
 
+def _skip_dynamo_import(mode: type) -> None:
+    """Call ``mode``'s ``__torch_dispatch__`` directly while ``torch._dynamo`` is not imported.
+
+    ``TorchDispatchMode`` wraps a subclass's ``__torch_dispatch__`` in ``torch._disable_dynamo``,
+    which imports ``torch._dynamo`` on the first dispatch (``torch/_compile.py``): 1.6-1.9 CPU s,
+    more than the rest of a CPU round's work count and as much as ``import torch`` itself
+    (docs/perf/test_suite.md).  The wrapper only matters while Dynamo's frame hook can run, which
+    needs ``torch.compile`` and so ``torch._dynamo`` loaded; the dispatch below takes the wrapper
+    from the moment it is (also when a compile starts inside the counted call).
+    """
+    import sys
+
+    wrapped = mode.__dict__["__torch_dispatch__"]
+    raw = getattr(wrapped, "__wrapped__", None)
+    if raw is None:  # a torch without the wrapper: nothing to skip
+        return
+
+    @functools.wraps(raw)
+    def dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if "torch._dynamo" in sys.modules:
+            return wrapped(self, *args, **kwargs)
+        return raw(self, *args, **kwargs)
+
+    mode.__torch_dispatch__ = dispatch  # type: ignore[attr-defined]
+
+
 def dispatch_counts(fn: Callable[[], Any]) -> Counts:
     """Run ``fn()`` once and count its aten ops, FLOPs and newly allocated bytes (see module doc)."""
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -127,6 +153,7 @@ def dispatch_counts(fn: Callable[[], Any]) -> Counts:
                         self.bytes += storage.nbytes()
             return out
 
+    _skip_dynamo_import(_Counter)
     counter = _Counter()
     with counter:
         fn()

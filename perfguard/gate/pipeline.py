@@ -9,7 +9,7 @@ that is not on the baseline branch stores its rounds untrusted (:meth:`Bench.dis
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from perfguard.measuring import Bench, Side
     from perfguard.report.terminal import TerminalSummary
     from perfguard.store import StoredCheck
+    from perfguard.store.check_summary import Selection
 
 
 @dataclass
@@ -45,11 +46,15 @@ class CheckOutcome:
 @dataclass(frozen=True)
 class CheckSides:
     """What a check compares: HEAD as measured (its record, where its code is) and the merge-base of
-    the baseline ref (``base_sha``), named by the ref the user gave."""
+    the baseline ref (``base_sha``), named by the ref the user gave; ``selection``: the
+    implementations the change reaches (:mod:`perfguard.gate.selection`; None for an A/A check);
+    ``bench``: the user's own ``--bench`` selection (the bench's is narrowed to the selection)."""
 
     head: Side
     base_sha: str
     baseline_ref: str
+    selection: Selection | None = None
+    bench: tuple[str, ...] = ()
 
 
 def run_check(
@@ -61,6 +66,7 @@ def run_check(
     verify: bool = True,
     verify_report: Path | None = None,
     accept_approved_by: str | None = None,
+    measure_all: bool = False,
 ) -> CheckOutcome:
     """Compare HEAD with the merge-base of ``baseline_ref`` on this machine (:mod:`perfguard.gate`).
 
@@ -69,8 +75,10 @@ def run_check(
     acceptances stored in the trusted history store count (docs/living-with-regressions.md).
     """
     from perfguard.accept import Approval, apply_acceptances, find_acceptances
+    from perfguard.compare import SuiteComparison
+    from perfguard.gate import selection as reaching
     from perfguard.gate.recording import Decided, record_check
-    from perfguard.gate.sides import compare, heal_baseline, measure_sides, retry
+    from perfguard.gate.sides import CheckRounds, compare, heal_baseline, measure_sides, retry
     from perfguard.gate.underneath import underneath_tables
     from perfguard.gate.verification import broken_impls
     from perfguard.gitrepo import merge_base, rev_parse, work_tree
@@ -103,6 +111,19 @@ def run_check(
             "check): every round it measures, the baseline's too, is stored untrusted, never a baseline "
             "(docs/ci.md, 'Trust model')"
         )
+    # 0. what the change can reach: only those implementations are measured (an A/A measures all)
+    user_bench = bench.bench
+    selection, not_affected = None, []
+    if not same_commit:
+        head_sha = None if tree.dirty else tree.head
+        reach, names = reaching.reach_of_change(bench, base_sha, head_sha, measure_all=measure_all)
+        selection = reaching.selection_record(reach, names)
+        bench.say(reaching.selection_line(selection))
+        if not reach.everything:
+            not_affected = reaching.not_affected_items(reach, names, bench.config.threshold)
+            bench = replace(bench, bench=reaching.narrowed(user_bench, sorted(reach.implementations)))
+    sides = replace(sides, selection=selection, bench=user_bench)
+    nothing = selection is not None and not selection.everything and not selection.measured
     # 1. baselines first, before any code under review runs; only trusted runs are baselines
     base_stored = bench.stored_rounds(base_sha, trusted_only=True)
     head_stored = [] if (fresh or same_commit) else bench.stored_rounds(head.commit.sha, store=bench.store)
@@ -110,13 +131,17 @@ def run_check(
     acceptances = find_acceptances(
         bench.root, bench.baseline_store, base_sha, head.commit.sha, approval=approval
     )
-    # 2. verification of HEAD
-    broken = broken_impls(bench, verify_report, skip=not verify)
-    # 3. what is missing is measured
     rounds_n = rounds or bench.config.rounds
-    measured = measure_sides(bench, sides, rounds_n, base_stored, head_stored)
-    # 4. a failed baseline benchmark is measured again, then fails closed
-    measured = heal_baseline(bench, base_sha, measured, rounds_n)
+    if nothing:  # a change no implementation imports: nothing to verify or measure
+        broken: dict[str, list[str]] = {}
+        measured = CheckRounds([], [], {"base": "not measured", "head": "not measured"})
+    else:
+        # 2. verification of HEAD
+        broken = broken_impls(bench, verify_report, skip=not verify)
+        # 3. what is missing is measured
+        measured = measure_sides(bench, sides, rounds_n, base_stored, head_stored)
+        # 4. a failed baseline benchmark is measured again, then fails closed
+        measured = heal_baseline(bench, base_sha, measured, rounds_n)
     # 5. stage 1 and 2
     retried = retry(bench, compare(bench, measured, broken), sides, measured.head, broken)
     # 6. underneath, then the acceptances (an accepted regression still shows what changed)
@@ -124,7 +149,8 @@ def run_check(
     applied = apply_acceptances(retried.result, acceptances)
     for line in applied.lines():
         bench.say(line)
-    decided = Decided(applied.result, retried.count, tuple(underneath), applied.summary())
+    result = SuiteComparison((*applied.result.items, *not_affected), applied.result.suspects)
+    decided = Decided(result, retried.count, tuple(underneath), applied.summary())
     seconds = time.perf_counter() - started
     # 7. the stored check
     check_id = record_check(bench, sides, measured, decided, seconds)

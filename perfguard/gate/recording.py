@@ -41,12 +41,13 @@ def check_summary(
         measured=dict(measured.how),
         rounds={"base": len(measured.base), "head": len(measured.head)},
         dirty=sides.head.commit.dirty,
-        bench=tuple(bench.bench),
+        bench=tuple(sides.bench) if sides.selection is not None else tuple(bench.bench),
         seconds=round(seconds, 1),
         trust="trusted" if bench.rounds_trusted else "untrusted",
         underneath=decided.underneath,
         acceptances=decided.acceptances,
         paths=tuple(path_changes(measured.base, measured.head)),
+        selection=sides.selection,
     )
 
 

@@ -194,8 +194,8 @@ class CheckReport:
         """
         gated = self.tally.roles.get("gated", {})
         reported = self.tally.roles.get("reported", {})
-        own_lines = {"improvement", "unstable", ACCEPTED}
-        out = []
+        own_lines = {"improvement", "unstable", ACCEPTED, "not affected"}
+        out = self.selection_phrases
         if self.failing:
             out += [
                 phrase(v, gated[v])
@@ -214,6 +214,32 @@ class CheckReport:
         if unused:
             out.append(f"{formatting.count(len(unused), 'acceptance')} found no regression in its scope")
         out += self.path_phrases
+        return out
+
+    @property
+    def selection_phrases(self) -> list[str]:
+        """What the check measured when the change could not reach everything (issue 32,
+        ``summary.selection``), or why it measured everything when that was its choice to make."""
+        sel = self.summary.selection
+        if sel is None:
+            return []
+        if sel.everything:
+            return [f"every implementation measured: {sel.reason}"] if sel.reason else []
+        total = len(sel.measured) + len(sel.not_measured)
+        reached = "; ".join(
+            f"{impl} ({', '.join(mods[:3])}{' …' if len(mods) > 3 else ''})"
+            for impl, mods in sel.measured.items()
+        )
+        if reached:
+            lead = f"{len(sel.measured)} of {total} implementations measured, those the change reaches"
+            out = [f"{lead}: {reached}"]
+        else:
+            out = [f"no implementation measured: {sel.reason}"]
+        if sel.not_measured:
+            out.append(
+                f"{len(sel.not_measured)} not affected, not measured (their stored baseline stands): "
+                + ", ".join(sel.not_measured)
+            )
         return out
 
     @property

@@ -35,6 +35,7 @@ VERDICT_ORDER = (
     "new",
     "missing",
     "skipped",
+    "not affected",
     "unchanged",
 )
 #: Verdicts that fail a check when the item is gated (``failed`` only where the baseline worked:
@@ -44,7 +45,7 @@ FAILING = frozenset({"regression", "broken", "failed"})
 #: that is counted and shown, never failing.
 ACCEPTED = "accepted"
 #: Verdicts that are news; everything else is "nothing changed".
-QUIET = frozenset({"unchanged", "skipped"})
+QUIET = frozenset({"unchanged", "skipped", "not affected"})
 #: An item's role: whether it can fail the check, is only reported, or follows another.
 ROLES = ("gated", "reported", "derived")
 #: Underneath rows the top of a report shows per benchmark.
@@ -60,6 +61,7 @@ VERDICT_WORDS = {
     "new": ("new", "new"),
     "missing": ("missing", "missing"),
     "skipped": ("skipped", "skipped"),
+    "not affected": ("not affected (not measured)", "not affected (not measured)"),
     "unchanged": ("unchanged", "unchanged"),
 }
 

@@ -13,8 +13,9 @@ count as 0, a text as "", a millisecond value or a ceiling that is not a finite 
 The keys (docs/reports.md): ``counts`` (verdict -> items), ``retried`` (suspects re-measured),
 ``measured`` (per side, how its rounds came: stored or measured), ``rounds`` (per side),
 ``dirty``, ``bench``, ``seconds``, ``trust``, ``underneath`` (:class:`UnderneathTable`: what changed
-underneath each regression), ``acceptances`` (:class:`AcceptanceSummary`) and ``paths``
-(:class:`PathChange`: timings whose code path differs).
+underneath each regression), ``acceptances`` (:class:`AcceptanceSummary`), ``paths``
+(:class:`PathChange`: timings whose code path differs) and ``selection`` (:class:`Selection`: the
+implementations the change reaches, measured, and those it does not, not measured).
 """
 
 from __future__ import annotations
@@ -307,6 +308,43 @@ class PathChange:
         )
 
 
+@dataclass(frozen=True)
+class Selection:
+    """What the check measured (issue 32, :mod:`perfguard.reach`): every implementation and why, or
+    the implementations the change reaches (``measured``, each with the changed modules reaching
+    it) and those it does not (``not_measured``: their stored baseline stands)."""
+
+    everything: bool = True
+    reason: str = ""
+    measured: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    not_measured: tuple[str, ...] = ()
+    changed: int = 0  # files that differ between the merge-base and HEAD
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "everything": self.everything,
+            "reason": self.reason,
+            "measured": {k: list(v) for k, v in self.measured.items()},
+            "not_measured": list(self.not_measured),
+            "changed": self.changed,
+        }
+
+    @classmethod
+    def from_json(cls, entry: Any) -> Selection | None:
+        if not isinstance(entry, Mapping):
+            return None
+        measured = entry.get("measured")
+        return cls(
+            everything=entry.get("everything") is not False,
+            reason=_text(entry.get("reason")),
+            measured=(
+                {str(k): _as_text(v) for k, v in measured.items()} if isinstance(measured, Mapping) else {}
+            ),
+            not_measured=_as_text(entry.get("not_measured")),
+            changed=_count(entry.get("changed")),
+        )
+
+
 # --------------------------------------------------------------------------------------------
 # the summary
 # --------------------------------------------------------------------------------------------
@@ -327,6 +365,7 @@ class CheckSummary:
     underneath: tuple[UnderneathTable, ...] = ()
     acceptances: AcceptanceSummary = field(default_factory=AcceptanceSummary)
     paths: tuple[PathChange, ...] = ()
+    selection: Selection | None = None  # None: a check from before selections (it measured everything)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON the store keeps (a scalar the check did not record is left out)."""
@@ -342,6 +381,7 @@ class CheckSummary:
             "underneath": [t.to_json() for t in self.underneath],
             "acceptances": self.acceptances.to_json(),
             "paths": [p.to_json() for p in self.paths],
+            "selection": self.selection.to_json() if self.selection is not None else None,
         }
         return {k: v for k, v in out.items() if v is not None}
 
@@ -367,4 +407,5 @@ class CheckSummary:
             underneath=tuple(UnderneathTable.from_json(e) for e in _entries(raw.get("underneath"))),
             acceptances=AcceptanceSummary.from_json(raw.get("acceptances")),
             paths=tuple(PathChange.from_json(e) for e in _entries(raw.get("paths"))),
+            selection=Selection.from_json(raw.get("selection")),
         )
