@@ -226,6 +226,27 @@ class Item(CheckItemRecord):
     rule_source: str = ""
     first: Item | None = None
 
+    @classmethod
+    def of_implementation(
+        cls, impl: str, benchmark: str, verdict: Verdict, *, gated: bool, threshold: float, reason: str
+    ) -> Item:
+        """An item that stands for an implementation as a whole, not one of its benchmarks (a broken
+        one, :data:`VERIFY_BENCHMARK`; one the change cannot reach, :data:`REACH_BENCHMARK`): the
+        store's check_items know the metrics only, so it is recognised by its benchmark name."""
+        return cls(
+            benchmark=benchmark,
+            impl=impl,
+            params={"impl": impl},
+            params_key=params_key({"impl": impl}),
+            metric="time",
+            unit="n/a",
+            direction="lower",
+            gated=gated,
+            verdict=verdict,
+            threshold=threshold,
+            reason=reason,
+        )
+
     @property
     def key(self) -> tuple[str, str]:
         return (self.benchmark, self.params_key)

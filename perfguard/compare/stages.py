@@ -22,7 +22,6 @@ from perfguard.compare.model import (
 from perfguard.compare.rule import Pair, compare_pairs, structural
 from perfguard.config import Config
 from perfguard.metrics import DETERMINISTIC_METRICS, REPORTED_METRICS
-from perfguard.store.records import params_key
 
 
 def _index(measurements: Iterable[Measurement], side: str) -> dict[tuple[str, str], Measurement]:
@@ -71,21 +70,10 @@ def _compare(
     items = [next(compared) if isinstance(s, Pair) else s for s in slots]
     seen = {i.impl for i in items}
     for impl in sorted(broken - seen):  # a broken implementation with no benchmark at all
+        reason = f"implementation {impl!r} failed perfguard verify in head"
         items.append(
-            Item(
-                # The store's check_items know the four metrics only; this row stands for the
-                # implementation as a whole and is recognised by its benchmark name.
-                benchmark=VERIFY_BENCHMARK,
-                impl=impl,
-                params={"impl": impl},
-                params_key=params_key({"impl": impl}),
-                metric="time",
-                unit="n/a",
-                direction="lower",
-                gated=True,
-                verdict=Verdict.BROKEN,
-                threshold=config.threshold,
-                reason=f"implementation {impl!r} failed perfguard verify in head",
+            Item.of_implementation(
+                impl, VERIFY_BENCHMARK, Verdict.BROKEN, gated=True, threshold=config.threshold, reason=reason
             )
         )
     return items

@@ -150,22 +150,12 @@ def narrowed(bench_regexes: Sequence[str], implementations: Sequence[str]) -> tu
 def not_affected_items(reach: Reach, implementations: Sequence[str], threshold: float) -> list[Item]:
     """One ``not affected`` item per implementation the change does not reach (never gated)."""
     from perfguard.compare import REACH_BENCHMARK, Item, Verdict
-    from perfguard.store.records import params_key
 
     why = reach.reason if not reach.implementations else "it imports none of the changed modules"
+    reason = f"not measured: {why}; its stored baseline stands"
     return [
-        Item(
-            benchmark=REACH_BENCHMARK,
-            impl=impl,
-            params={"impl": impl},
-            params_key=params_key({"impl": impl}),
-            metric="time",
-            unit="n/a",
-            direction="lower",
-            gated=False,
-            verdict=Verdict.NOT_AFFECTED,
-            threshold=threshold,
-            reason=f"not measured: {why}; its stored baseline stands",
+        Item.of_implementation(
+            impl, REACH_BENCHMARK, Verdict.NOT_AFFECTED, gated=False, threshold=threshold, reason=reason
         )
         for impl in sorted(implementations)
         if not reach.reaches(impl)
