@@ -270,3 +270,33 @@ def test_links_in_an_existing_site_are_replaced_never_written_through(tmp_path: 
         assert sorted(p.name for p in (outside / name).iterdir()) == ["keep.txt"]
     assert (site / "static" / "perfguard.css").is_file() and (site / "data" / "history.json").is_file()
     assert not (site / "index.html").is_symlink() and (outside / "page.html").read_text() == "theirs"
+
+
+def test_a_series_the_newest_recording_added_is_marked_new_on_the_index() -> None:
+    """Issue 29: a newly registered implementation shows its number beside the others, marked new."""
+    from datetime import datetime, timezone
+
+    from perfguard.report.series import CommitInfo
+    from perfguard.report.site_index import NEW_MARK, index_rows
+
+    machine = MachineInfo("cpu:x", "x", "cpu")
+    commits = [
+        CommitInfo(c * 40, datetime(2026, 1, d, tzinfo=timezone.utc), c) for c, d in (("a", 1), ("b", 2))
+    ]
+
+    def series(impl: str, values: dict[int, float]) -> Series:
+        s = Series(
+            machine, "b.F.track_time", impl, {"impl": impl}, f"impl={impl}", "time", "seconds", "lower", True
+        )
+        s.points = [Point(i, commits[i], v, None, None, "", 1, None, "ok") for i, v in values.items()]
+        return s
+
+    old, added, first_ever = (
+        series("old", {0: 1.0, 1: 1.0}),
+        series("added", {1: 2.0}),
+        series("gone", {0: 3.0}),
+    )
+    slugs = {s.page_key: s.impl for s in (old, added, first_ever)}
+    cells = {r.impl: r.cells["cpu:x"] for r in index_rows([old, added, first_ever], slugs, [machine])}
+    assert cells["added"].change == NEW_MARK and cells["added"].latest  # its number, marked new
+    assert cells["old"].change != NEW_MARK and cells["gone"].change == ""  # a first-ever point is not "new"

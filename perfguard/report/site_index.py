@@ -18,6 +18,8 @@ from perfguard.report.series import MachineInfo, Series
 #: What the index shows by default: the gated timings and memory (the rest behind a switch: derived
 #: and reported numbers such as the per-kernel times of ``backends.html``, and the work metrics).
 INDEX_METRICS = tuple(m for m in (*in_family("time"), *in_family("memory")) if m not in REPORTED_METRICS)
+#: The change column of a series the newest recording added (the check report's marker for new).
+NEW_MARK = "🆕 new"
 
 
 @dataclass
@@ -45,8 +47,19 @@ class IndexRow:
 def index_rows(
     series: list[Series], slugs: dict[tuple[str, str], str], machines: list[MachineInfo]
 ) -> list[IndexRow]:
-    """One row per benchmark page, one cell per machine; a change is coloured only beyond the noise."""
+    """One row per benchmark page, one cell per machine; a change is coloured only beyond the noise.
+
+    A series that starts at the machine's newest recorded commit while the machine has older ones is
+    marked new (an implementation or parameter set the last recording added), never left blank.
+    """
     rows: dict[tuple[str, str], IndexRow] = {}
+    first: dict[str, int] = {}  # machine key -> its oldest and newest positions with a value
+    newest: dict[str, int] = {}
+    for s in series:
+        if s.points:
+            key = s.machine.key
+            first[key] = min(first.get(key, s.points[0].position), s.points[0].position)
+            newest[key] = max(newest.get(key, s.points[-1].position), s.points[-1].position)
     for s in series:
         if not s.points:
             continue
@@ -76,6 +89,9 @@ def index_rows(
             exact = prev.low is None and latest.low is None and prev.n <= 1  # a count: no noise
             big = abs(ratio - 1) >= 0.05 and (apart or exact)
             cls = ("delta-bad" if worse else "delta-good") if big else "muted small"
+        start = s.points[0].position
+        if len(s.points) == 1 and start == newest[s.machine.key] and start > first[s.machine.key]:
+            change, cls = NEW_MARK, "delta-new"
         last = s.last_mark
         row.cells[s.machine.key] = IndexCell(
             series=s,
