@@ -203,15 +203,16 @@ class _Spin(torch.nn.Module):
 
 
 class _Spec:
-    """Stands in for ``attention.registry.ImplSpec`` (the plant wraps its ``build``)."""
+    """Stands in for a registry entry (``attention.registry.ImplSpec``, ``perfguard.declare.Implementation``):
+    the plant wraps the ``build`` of every entry's class."""
 
     def build(self, *args: Any, **kwargs: Any) -> torch.nn.Module:
         return _Spin()
 
 
 def test_planted_source_slows_every_built_forward_by_the_fraction_of_its_own_cpu_time() -> None:
-    namespace: dict[str, Any] = {"ImplSpec": _Spec}
-    exec(compile(cal.planted_source(0.5), "registry.py", "exec"), namespace)
+    namespace: dict[str, Any] = {"IMPLEMENTATIONS": {"spin": _Spec()}}  # any declared registry name
+    exec(compile(cal.planted_source(0.5, "IMPLEMENTATIONS"), "registry.py", "exec"), namespace)
     module = _Spec().build("bench")
     x = torch.zeros(1)
     module(x, x, x)  # the first call measures the module's own time (never timed by perfguard)
@@ -222,6 +223,30 @@ def test_planted_source_slows_every_built_forward_by_the_fraction_of_its_own_cpu
         costs.append(time.process_time() - started)
     assert sorted(costs)[2] == pytest.approx(0.004 * 1.5, rel=0.1)
     assert "a known slowdown of +50%" in cal.planted_source(0.5)
+
+
+def test_the_plant_goes_into_the_registry_module_the_repository_declares(tmp_path: Path) -> None:
+    """Issue 29: calibrate works for any declared package, not only this repository's attention/."""
+    from perfguard.calibrate.planting import planted_clone
+
+    repo = tmp_path / "repo"
+    registry = repo / "src" / "flashdil" / "perfguard_registry.py"
+    registry.parent.mkdir(parents=True)
+    (registry.parent / "__init__.py").write_text("")
+    registry.write_text("IMPLEMENTATIONS = []\n")
+    (repo / "pyproject.toml").write_text(
+        '[tool.perfguard]\npackage = "flashdil"\nregistry = "flashdil.perfguard_registry:IMPLEMENTATIONS"\n'
+        'source = "src"\n'
+    )
+    for args in (("init", "-q", "-b", "main"), ("add", "-A"), ("-c", "user.name=t", "-c", "user.email=t@t",
+                                                              "commit", "-qm", "base")):  # fmt: skip
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True)
+    with planted_clone(repo, head.stdout.strip(), 0.25, tmp_path / "clones") as planted:
+        text = (planted.path / "src" / "flashdil" / "perfguard_registry.py").read_text()
+        assert text.startswith("IMPLEMENTATIONS = []") and "a known slowdown of +25%" in text
+        assert "registry = IMPLEMENTATIONS" in text
+    assert registry.read_text() == "IMPLEMENTATIONS = []\n"  # the user's repository is untouched
 
 
 # --------------------------------------------------------------------------------------------

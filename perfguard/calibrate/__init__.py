@@ -44,7 +44,7 @@ API
 ``calibrate(profile=, bench_regex=, rounds=, aa=, planted=, repeats=, use_asv=, db_url=, reporter=)``
                                             -> ``Calibration``: this machine, on the commit HEAD
 ``parse_fractions(text)``                   "0.1,0.2" -> (0.1, 0.2); ValueError on bad input
-``planted_source(fraction)``                the Python appended to attention/registry.py of a clone
+``planted_source(fraction, attribute)``     the Python appended to the declared registry module of a clone
 ``planted_clone(root, head, f, parent)``    context manager: a clone with the planted commit
 ``forward_selection(bench)``                asv ``--bench`` regexes: Forward.track_time within bench
 ``asv_rule(base, head, factor, samples)``   asv 0.6.6's compare decision (``AsvDecision``)

@@ -1,7 +1,7 @@
 """Planted slowdowns: a commit on top of HEAD, in a temporary clone, whose every forward pass does a
 known fraction of its own work more (the harness plants it, never product code).
 
-:func:`planted_source` is the Python appended to ``attention/registry.py`` of the clone (generated
+:func:`planted_source` is the Python appended to the declared registry module of the clone (generated
 source: a wrapper around ``ImplSpec.build``); :func:`planted_clone` makes the clone and the commit
 and removes them afterwards; :func:`forward_selection` restricts a ``--bench`` selection to the
 benchmark the plant is in.
@@ -82,7 +82,6 @@ import time as _planted_time
 import torch as _planted_torch
 
 _PLANTED_FRACTION = __FRACTION__
-_planted_original_build = ImplSpec.build
 _planted_sleep_rate = []  # cycles per second of torch.cuda._sleep, measured once per process
 
 
@@ -117,8 +116,7 @@ def _planted_cycles_per_second():
     return _planted_sleep_rate[0]
 
 
-def _planted_build(self, *args, **kwargs):
-    module = _planted_original_build(self, *args, **kwargs)
+def _planted_slowed(module):
     forward = module.forward
     state = {}
 
@@ -155,18 +153,42 @@ def _planted_build(self, *args, **kwargs):
     return module
 
 
-ImplSpec.build = _planted_build
+def _planted_wrap(cls):
+    original = cls.build
+
+    def build(self, *args, **kwargs):
+        return _planted_slowed(original(self, *args, **kwargs))
+
+    cls.build = build
+
+
+def _planted_entry_classes():
+    from collections.abc import Mapping as _PlantedMapping
+
+    registry = __ATTRIBUTE__
+    if callable(registry) and not isinstance(registry, _PlantedMapping):
+        registry = registry()
+    entries = registry.values() if isinstance(registry, _PlantedMapping) else registry
+    return {type(entry) for entry in entries}
+
+
+for _planted_class in _planted_entry_classes():  # every entry's class: perfguard builds through it
+    _planted_wrap(_planted_class)
 """
 
 
-def planted_source(fraction: float) -> str:
-    """The code appended to ``attention/registry.py`` to plant a slowdown of ``fraction``.
+def planted_source(fraction: float, attribute: str = "REGISTRY") -> str:
+    """The code appended to the guarded package's registry module to plant a slowdown of ``fraction``.
 
-    A wrapper around ``ImplSpec.build`` (the pattern of ``tests/test_workflows_pr_run.py``), so
-    every implementation the suite builds is slowed, and nothing in the product changes.
+    ``attribute``: the registry the module defines (``[tool.perfguard] registry``'s attribute).  The
+    ``build`` of every entry's class is wrapped (the pattern of ``tests/test_workflows_pr_run.py``),
+    so every implementation the suite builds is slowed, whatever package declares it, and nothing in
+    the product changes.
     """
-    return _PLANTED_TEMPLATE.replace("__FRACTION__", repr(float(fraction))).replace(
-        "__PERCENT__", percent(fraction)
+    return (
+        _PLANTED_TEMPLATE.replace("__FRACTION__", repr(float(fraction)))
+        .replace("__PERCENT__", percent(fraction))
+        .replace("__ATTRIBUTE__", attribute)
     )
 
 
@@ -181,7 +203,22 @@ class PlantedCommit:
     subject: str
 
 
-_REGISTRY = Path("attention") / "registry.py"
+def registry_file(root: Path) -> tuple[Path, str]:
+    """The file of the registry module ``root`` declares (``[tool.perfguard] registry``), and the
+    registry's attribute: where a planted slowdown goes."""
+    from perfguard.declaration import read_declaration
+
+    declaration = read_declaration(root)
+    base = declaration.source_dir.joinpath(*declaration.registry_module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate, declaration.registry_attribute
+    raise GitError(
+        f"{root} declares the registry {declaration.registry!r}, but no file holds that module",
+        hint="fix [tool.perfguard] registry, or commit the registry module",
+    )
+
+
 _IDENTITY = (
     "-c", "user.name=perfguard calibrate", "-c", "user.email=calibrate@perfguard.invalid",
     "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null",
@@ -203,14 +240,9 @@ def planted_clone(root: Path, head: str, fraction: float, parent: Path) -> Itera
     try:
         git(parent, "clone", "--shared", "--no-checkout", "-q", str(root), str(path))
         git(path, "checkout", "-q", "--detach", head)
-        registry = path / _REGISTRY
-        if not registry.is_file():
-            raise GitError(
-                f"HEAD {head[:12]} has no {_REGISTRY}: there is no registry to plant a slowdown in",
-                hint="run perfguard calibrate in the project whose attention/ package it guards",
-            )
+        registry, attribute = registry_file(path)
         with registry.open("a", encoding="utf-8") as fh:
-            fh.write(planted_source(fraction))
+            fh.write(planted_source(fraction, attribute))
         subject = f"perfguard calibrate: planted slowdown {percent(fraction)} of every forward pass"
         git(path, *_IDENTITY, "commit", "-q", "--no-verify", "-am", subject)
         sha = str(git(path, "rev-parse", "HEAD"))
