@@ -74,7 +74,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     return repo, str(db)
 
 
-def _check(project: Project, tmp_path: Path, branch: str, *extra: str) -> tuple[int, dict[str, Any], str]:
+def _check(
+    project: Project, tmp_path: Path, branch: str, *extra: str, bench: str = OPS
+) -> tuple[int, dict[str, Any], str]:
     """``perfguard check --baseline main`` of ``branch`` on a copy of the recorded store."""
     repo, main_db = project
     db = tmp_path / "history.db"
@@ -82,7 +84,7 @@ def _check(project: Project, tmp_path: Path, branch: str, *extra: str) -> tuple[
     git(repo, "checkout", "-q", branch)
     try:
         out = tmp_path / "check.json"
-        args = ("--bench", OPS, "--rounds", "1", "--no-verify", "--json", str(out), *extra)
+        args = ("--bench", bench, "--rounds", "1", "--no-verify", "--json", str(out), *extra)
         result = perfguard(repo, "check", "--baseline", "main", *args, db=f"sqlite:///{db}")
     finally:
         git(repo, "checkout", "-q", "main")
@@ -175,3 +177,17 @@ def test_all_measures_everything_whatever_changed(project: Project, tmp_path: Pa
     assert document["summary"]["selection"] == {
         "everything": True, "reason": "--all", "measured": {}, "not_measured": [], "changed": 0
     }  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_bench_selection_of_none_of_the_reached_ones_measures_nothing(
+    project: Project, tmp_path: Path
+) -> None:
+    """The change reaches dilated's importers; ``--bench`` asks for improved only: nothing to measure
+    (before: the rounds found no benchmark and the check stopped with exit 2)."""
+    code, document, output = _check(
+        project, tmp_path, "dilated-comment", bench=r"Work\.track_forward_ops\('improved', 512,"
+    )
+    assert code == 0, output
+    assert _measured(document) == set() and "round 1/1" not in output
+    assert "--bench measures none of them" in document["summary"]["selection"]["reason"]

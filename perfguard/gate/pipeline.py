@@ -121,7 +121,14 @@ def run_check(
         bench.say(reaching.selection_line(selection))
         if not reach.everything:
             not_affected = reaching.not_affected_items(reach, names, bench.config.threshold)
-            bench = replace(bench, bench=reaching.narrowed(user_bench, sorted(reach.implementations)))
+            chosen = reaching.within_bench(bench, user_bench, sorted(reach.implementations))
+            if len(chosen) < len(reach.implementations):  # --bench leaves some out: they are not measured
+                left_out = f"{selection.reason}; --bench measures {', '.join(chosen) or 'none of them'}"
+                kept = {impl: mods for impl, mods in selection.measured.items() if impl in chosen}
+                selection = replace(selection, measured=kept, reason=left_out)
+                bench.say(left_out)
+            if chosen:
+                bench = replace(bench, bench=reaching.narrowed(user_bench, chosen))
     sides = replace(sides, selection=selection, bench=user_bench)
     nothing = selection is not None and not selection.everything and not selection.measured
     # 1. baselines first, before any code under review runs; only trusted runs are baselines

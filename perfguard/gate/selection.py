@@ -147,6 +147,28 @@ def narrowed(bench_regexes: Sequence[str], implementations: Sequence[str]) -> tu
     return (f"^(?=.*(?:{'|'.join(bench_regexes)})).*{own}",)
 
 
+def within_bench(bench: Bench, user_bench: Sequence[str], implementations: Sequence[str]) -> list[str]:
+    """The reached implementations the user's own ``--bench`` selection measures any benchmark of.
+
+    Read from the suite's labels for the profile (:func:`perfguard.engine.suite.suite_labels`), so
+    that a selection that picks none of them is "nothing to measure", not a round that finds no
+    benchmark.  The backends comparison's labels name kernels that only the guarded package knows
+    (importing it here would run HEAD's code in this process): a selection that names
+    ``Backends`` keeps every implementation, and the rounds decide.
+    """
+    from perfguard.engine.suite import suite_labels
+
+    if not user_bench or any("Backends" in r for r in user_bench):
+        return list(implementations)
+    compiled = [re.compile(r) for r in user_bench]
+    dtypes, lengths = bench.profile.dtypes(bench.device), bench.profile.seq_lens
+    return [
+        impl
+        for impl in implementations
+        if any(r.search(label) for r in compiled for label in suite_labels([impl], lengths, dtypes))
+    ]
+
+
 def not_affected_items(reach: Reach, implementations: Sequence[str], threshold: float) -> list[Item]:
     """One ``not affected`` item per implementation the change does not reach (never gated)."""
     from perfguard.compare import REACH_BENCHMARK, Item, Verdict
