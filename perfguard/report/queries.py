@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import aliased
 
@@ -103,9 +103,16 @@ def verdict_marks(store: Store) -> list[VerdictMark]:
         .where(CheckItem.verdict.in_(MARKED_VERDICTS))
         .order_by(Check.created_at, Check.id)
     )
+    with _checks_read(store) as connection:
+        return [VerdictMark(*row) for row in connection.execute(stmt)]
+
+
+@contextlib.contextmanager
+def _checks_read(store: Store) -> Iterator[Connection]:
+    """A connection to read checks with; a damaged or unreadable store is a clear error (exit 2)."""
     try:
         with store.engine.connect() as connection:
-            return [VerdictMark(*row) for row in connection.execute(stmt)]
+            yield connection
     except StoredValueError as exc:
         raise damaged(exc, store.url, "reading the checks from") from None
     except SQLAlchemyError as exc:
@@ -152,19 +159,11 @@ def check_tallies(store: Store) -> list[CheckTally]:
         .join(base, Check.base_commit_id == base.id)
         .order_by(Check.created_at.desc(), Check.id.desc())
     )  # fmt: skip
-    try:
-        with store.engine.connect() as connection:
-            per_check: dict[int, dict[str, int]] = {}
-            for check_id, verdict, n in connection.execute(counts):
-                per_check.setdefault(check_id, {})[verdict] = n
-            return [CheckTally(*row, gated=per_check.get(row[0], {})) for row in connection.execute(checks)]
-    except StoredValueError as exc:
-        raise damaged(exc, store.url, "reading the checks from") from None
-    except SQLAlchemyError as exc:
-        raise StoreError(
-            f"could not read the checks from {store.url}: {exc}",
-            hint="check --db / PERFGUARD_DB; `perfguard db upgrade` if the schema is older than perfguard",
-        ) from None
+    with _checks_read(store) as connection:
+        per_check: dict[int, dict[str, int]] = {}
+        for check_id, verdict, n in connection.execute(counts):
+            per_check.setdefault(check_id, {})[verdict] = n
+        return [CheckTally(*row, gated=per_check.get(row[0], {})) for row in connection.execute(checks)]
 
 
 def load_check(store: Store, check_id: int) -> Any:
