@@ -87,7 +87,11 @@ def test_one_accepted_implementation_keeps_the_comment_short(
     store: Store, readme: ReadmeFacts, link: str | None
 ) -> None:
     text = _markdown(store, readme, "approved", **({"report_url": link} if link else {}))
-    assert len(text.splitlines()) <= 40, text
+    # Rows of the results grid for items other than the accepted ones come from timings of a real
+    # check on a shared 2-core machine: how many are unstable, and get a row, depends on its load.
+    # What must stay short is everything else.
+    noisy = [ln for ln in text.splitlines() if ln.startswith("| ") and "☑️" not in ln and "---" not in ln]
+    assert len(text.splitlines()) - len(noisy) <= 38, text
 
 
 def test_beyond_the_ceiling_still_fails_and_says_which_ceiling(store: Store, readme: ReadmeFacts) -> None:
