@@ -128,7 +128,7 @@ def run_check(
                 selection = replace(selection, measured=kept, reason=left_out)
                 bench.say(left_out)
             if chosen:
-                bench = replace(bench, bench=reaching.narrowed(user_bench, chosen))
+                bench = replace(bench, bench=reaching.narrowed(user_bench, chosen), narrowed_from=user_bench)
     sides = replace(sides, selection=selection, bench=user_bench)
     nothing = selection is not None and not selection.everything and not selection.measured
     # 1. baselines first, before any code under review runs; only trusted runs are baselines

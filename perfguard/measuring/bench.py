@@ -114,6 +114,10 @@ class Bench:
     # ``Class.method`` names left out of this invocation's rounds and reused results: the
     # history-only benchmarks for a check, calibrate or bisect without --bench (suite.HISTORY_ONLY)
     exclude: tuple[str, ...] = ()
+    # The selection this invocation's ``bench`` narrows (a check that measures only the
+    # implementations its change reaches, perfguard.gate.selection): rounds stored under it are
+    # reusable too, narrowed to ``bench`` like a full recording.
+    narrowed_from: tuple[str, ...] | None = None
     # Whether the rounds this invocation stores are trusted runs (baselines): ``trusted``, unless
     # code that is not on the baseline branch runs in it (:meth:`distrusted`).
     rounds_trusted: bool = True
@@ -331,13 +335,15 @@ class Bench:
         source = store if store is not None else self.baseline_store
         if source is None:
             return []
-        wanted = list(self.bench) or None
+        wanted = [None, list(self.bench) or None]
+        if self.narrowed_from is not None:
+            wanted.append(list(self.narrowed_from) or None)
         kinds = tuple(purposes or MEASUREMENT_PURPOSES)
         key, profile = self.machine.key, self.profile.name
         runs = [
             r
             for r in source.runs_for(key, sha, profile, purposes=kinds, trusted_only=trusted_only)
-            if r.settings.get("suite_version") == SUITE_VERSION and r.settings.get("bench") in (None, wanted)
+            if r.settings.get("suite_version") == SUITE_VERSION and r.settings.get("bench") in wanted
         ]
         if not runs:
             return []
