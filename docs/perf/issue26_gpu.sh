@@ -2,7 +2,7 @@
 # Issue 26's remaining GPU proof, one step per device call (each ends inside the 10-minute limit;
 # every output goes into one tarball, $1/<step>.tgz, because the device returns at most 8 files):
 #   bash docs/perf/issue26_gpu.sh "$OUT" fidelity    # a full production round, then all 27 cases alone (~5.5 min)
-#   bash docs/perf/issue26_gpu.sh "$OUT" planted     # the planted +40% in block_sparse_ring's flex path at 16K (~6.5 min cold)
+#   bash docs/perf/issue26_gpu.sh "$OUT" planted     # the planted +30% in block_sparse_ring's flex path at 16K (~6 min)
 #   bash docs/perf/issue26_gpu.sh "$OUT" calibrate   # A/A of the whole production profile, block-sparse on its flex path (~7 min)
 # A short table last.
 set -u
@@ -13,8 +13,9 @@ t0=$SECONDS
 case "$step" in
   fidelity)
     FIDELITY_TIMEOUT=560 bash docs/perf/fidelity_gpu.sh "$work" > "$work/run.out" 2>&1 ;;
-  planted)
-    CHECK_TIMEOUT=560 bash docs/perf/planted_flex_gpu.sh "$work" > "$work/run.out" 2>&1 ;;
+  planted)  # the store (main's rounds of the narrowed selection) comes back too: reach_check_gpu.sh reuses it
+    CHECK_TIMEOUT=560 bash docs/perf/planted_flex_gpu.sh "$work" > "$work/run.out" 2>&1
+    cp /tmp/planted.db "$work/" ;;
   calibrate)
     source docs/perf/device_setup.sh
     timeout 560 python3 -m perfguard calibrate --profile production --aa 2 --planted "" --db "sqlite:///$work/cal.db" \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 26 on one GPU: a planted slowdown inside block_sparse_ring's FlexAttention path at 16K
-# tokens (a GPU spin of ~0.1 ms after the flex kernel, ~+40% of its 0.238 ms forward on an H200)
+# tokens (a GPU spin of ~0.07 ms after the flex kernel, ~+30% of its 0.238 ms forward on an H200)
 # must fail a production check naming block_sparse_ring (and its multihead module) only.
 #   bash docs/perf/planted_flex_gpu.sh "$OUT"
 # The copy becomes main (the baseline) and a branch 'planted' with one commit on top.
@@ -15,13 +15,13 @@ s = p.read_text()
 old = "        return out.transpose(1, 2).contiguous()\n"
 assert s.count(old) == 1
 s = s.replace(old, "        if n == 16384:  # planted (docs/perf/planted_flex_gpu.sh)\n"
-              "            torch.cuda._sleep(190_000)\n" + old)
+              "            torch.cuda._sleep(140_000)\n" + old)
 p.write_text(s)
 PY
-git -c user.name=perfguard -c user.email=perfguard@localhost commit -qam "planted: +0.1 ms in block_sparse_ring's flex path at 16K"
+git -c user.name=perfguard -c user.email=perfguard@localhost commit -qam "planted: +0.07 ms in block_sparse_ring's flex path at 16K"
 t0=$SECONDS
 PERFGUARD_DB="sqlite:////tmp/planted.db" timeout "${CHECK_TIMEOUT:-500}" python3 -m perfguard check --baseline main \
-  --profile production --rounds "${ROUNDS:-2}" --no-verify --json "$out/check.json" --markdown "$out/check.md" 2>&1 \
+  --profile production ${ROUNDS:+--rounds "$ROUNDS"} --no-verify --json "$out/check.json" --markdown "$out/check.md" 2>&1 \
   | while IFS= read -r line; do printf '%5d %s\n' $((SECONDS - t0)) "$line"; done > "$out/check.log"
 echo "check rc=${PIPESTATUS[0]} $((SECONDS - t0)) s" > "$out/summary.txt"
 python3 - "$out/check.json" <<'PY' >> "$out/summary.txt" 2>&1
