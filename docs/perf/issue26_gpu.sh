@@ -4,6 +4,7 @@
 #   bash docs/perf/issue26_gpu.sh "$OUT" fidelity    # a full production round, then all 27 cases alone (~5.5 min)
 #   bash docs/perf/issue26_gpu.sh "$OUT" planted     # the planted +30% in block_sparse_ring's flex path at 16K (~6 min)
 #   bash docs/perf/issue26_gpu.sh "$OUT" calibrate   # A/A of the whole production profile, block-sparse on its flex path (~7 min)
+#   CAL_BENCH=block_sparse bash docs/perf/issue26_gpu.sh "$OUT" calibrate   # the block-sparse rows only (~3 min)
 # A short table last.
 set -u
 out=${1:?usage: issue26_gpu.sh OUT_DIR fidelity|planted|calibrate}
@@ -18,7 +19,7 @@ case "$step" in
     cp /tmp/planted.db "$work/" ;;
   calibrate)
     source docs/perf/device_setup.sh
-    timeout 560 python3 -m perfguard calibrate --profile production --aa 2 --planted "" --db "sqlite:///$work/cal.db" \
+    timeout "${CAL_TIMEOUT:-560}" python3 -m perfguard calibrate --profile production --bench "${CAL_BENCH:-.}" --aa 2 --planted "" --db "sqlite:///$work/cal.db" \
       --json "$work/aa.json" --markdown "$work/aa.md" > "$work/calibrate.log" 2>&1
     echo "calibrate rc=$? $((SECONDS - t0)) s" > "$work/summary.txt"
     grep -iE "regression|false alarm|process CV|block_sparse_ring.*16384" "$work/aa.md" | head -20 >> "$work/summary.txt" ;;
