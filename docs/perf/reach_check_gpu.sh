@@ -2,9 +2,9 @@
 # Issue 32 on one GPU: what a check costs, with the baseline stored, when a pull request changes one
 # implementation's own module (a comment in attention/block_sparse.py: block_sparse_ring and the
 # multihead module built on it) and when it changes only a docs page.  Both with verification and
-# the default rounds.  $PERFGUARD_DB holds main's rounds of the same selection (the store of
-# `docs/perf/issue26_gpu.sh OUT planted`, whose check narrowed to it), so "the baseline stored" holds.
-#   PERFGUARD_DB=sqlite:////tmp/planted.db bash docs/perf/reach_check_gpu.sh "$OUT"
+# the default rounds.  First main is recorded (`perfguard run`, 3 rounds) with the selection the
+# check narrows to (perfguard.gate.selection.narrowed), so that "the baseline stored" holds.
+#   bash docs/perf/reach_check_gpu.sh "$OUT"
 set -u
 out=${1:?usage: reach_check_gpu.sh OUT_DIR}
 source docs/perf/device_setup.sh
@@ -17,6 +17,8 @@ timed() {  # label, then the command: its wall time and exit code, the check's "
   "$@" > "$out/$label.log" 2>&1 && rc=0 || rc=$?
   echo "$label: exit $rc, $((SECONDS - t0)) s; $(grep -m1 -E '^measuring' "$out/$label.log" || true)" | tee -a "$out/reach_summary.txt"
 }
-git checkout -q one-module && timed one-module timeout 400 python3 -m perfguard check --baseline main
+export PERFGUARD_DB="sqlite:////tmp/reach.db"
+git checkout -q main && timed record-main timeout 200 python3 -m perfguard run --bench "\\('(?:block_sparse_ring|multihead_block_sparse_ring)',"
+git checkout -q one-module && timed one-module timeout 250 python3 -m perfguard check --baseline main
 git checkout -q docs-only && timed docs-only timeout 120 python3 -m perfguard check --baseline main
 git checkout -q main
