@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.errors import ConfigError
-from perfguard.metrics import NAMES, WORK_METRICS
+from perfguard.metrics import ERROR, NAMES, WORK_METRICS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -56,11 +56,19 @@ MAX_SEED = 2**64 - 1
 MAX_BYTES = 2**60
 
 
+#: The default accuracy floor per dtype: its unit roundoff (half the distance from 1 to the next
+#: number), the relative error of storing one exact value.  An error that stays below it after
+#: doubling is rounding noise, not a change of the algorithm.
+ACCURACY_FLOORS = {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-9, "float16": 2.0**-11}
+
+
 _TOP_KEYS = {
     "threshold",
     "memory_threshold",
     "memory_floor_bytes",
     "work_threshold",
+    "accuracy_threshold",
+    "accuracy_floor",
     "alpha",
     "confidence",
     "max_iqr_ratio",
@@ -153,6 +161,11 @@ class Config:
     memory_threshold: float | None = None  # None: the same as threshold
     memory_floor_bytes: int = 64 * MiB
     work_threshold: float | None = None  # None: the same as threshold
+    # the accuracy metric (perfguard.engine.accuracy): a regression is an error that grew by more
+    # than 1 + accuracy_threshold (default: doubled) and ends above the floor; None: the floor is
+    # the dtype's unit roundoff (ACCURACY_FLOORS), below which an error is rounding, not a change
+    accuracy_threshold: float = 1.0
+    accuracy_floor: float | None = None
     alpha: float = 0.01
     confidence: float = 0.95
     max_iqr_ratio: float = 0.10
@@ -174,6 +187,12 @@ class Config:
     def effective_work_threshold(self) -> float:
         return self.threshold if self.work_threshold is None else self.work_threshold
 
+    def accuracy_floor_for(self, dtype: str | None) -> float:
+        """The error below which a change is rounding: ``accuracy_floor``, else the dtype's roundoff."""
+        if self.accuracy_floor is not None:
+            return self.accuracy_floor
+        return ACCURACY_FLOORS.get(str(dtype), ACCURACY_FLOORS["float32"])
+
     def with_threshold(self, threshold: float | None) -> Config:
         """The configuration with the CLI's ``--threshold`` as the global threshold (None: unchanged)."""
         if threshold is None:
@@ -192,6 +211,8 @@ class Config:
         elif metric in WORK_METRICS:
             threshold = self.effective_work_threshold
             source = "work_threshold" if self.work_threshold is not None else self.threshold_source
+        elif metric == ERROR:
+            threshold, source = self.accuracy_threshold, "accuracy_threshold"
         else:
             threshold = self.threshold
             source = self.threshold_source
@@ -220,6 +241,8 @@ class Config:
             "memory_threshold": self.effective_memory_threshold,
             "memory_floor_bytes": self.memory_floor_bytes,
             "work_threshold": self.effective_work_threshold,
+            "accuracy_threshold": self.accuracy_threshold,
+            "accuracy_floor": self.accuracy_floor,
             "alpha": self.alpha,
             "confidence": self.confidence,
             "max_iqr_ratio": self.max_iqr_ratio,
@@ -300,6 +323,12 @@ def parse_config(table: Mapping[str, Any], *, source: str = "[tool.perfguard]") 
         kw["memory_floor_bytes"] = _bytes("memory_floor_bytes", table["memory_floor_bytes"], source)
     if "work_threshold" in table:
         kw["work_threshold"] = _fraction("work_threshold", table["work_threshold"], source)
+    if "accuracy_threshold" in table:
+        kw["accuracy_threshold"] = _fraction("accuracy_threshold", table["accuracy_threshold"], source)
+    if "accuracy_floor" in table:
+        kw["accuracy_floor"] = _number(
+            "accuracy_floor", table["accuracy_floor"], source, lo=0.0, hi=1.0, what="in (0, 1], e.g. 1e-6"
+        )
     if "alpha" in table:
         kw["alpha"] = _number("alpha", table["alpha"], source, lo=0.0, hi=0.5, what="in (0, 0.5]")
     if "confidence" in table:

@@ -36,7 +36,8 @@ class Metric:
     column: str  # the word a benchmark label of this metric ends with (report columns, in order)
     worse: str  # after "N.NN×" when it got worse
     better: str  # ... and when it got better
-    family: str  # the history site's group: "time", "memory" or "work"
+    family: str  # the history site's group: "time", "memory", "work" or "accuracy"
+    zero_valid: bool = False  # zero is a valid value (a count of nothing dispatched; an exact result)
 
 
 _ALL = (
@@ -99,6 +100,7 @@ _ALL = (
         worse="more FLOPs",
         better="fewer FLOPs",
         family="work",
+        zero_valid=True,
     ),
     Metric(
         name="ops",
@@ -111,6 +113,7 @@ _ALL = (
         worse="more ops",
         better="fewer ops",
         family="work",
+        zero_valid=True,
     ),
     Metric(
         name="kernels",
@@ -123,6 +126,7 @@ _ALL = (
         worse="more kernels",
         better="fewer kernels",
         family="work",
+        zero_valid=True,
     ),
     Metric(
         name="allocated",
@@ -135,6 +139,24 @@ _ALL = (
         worse="more allocated",
         better="less allocated",
         family="work",
+        zero_valid=True,
+    ),
+    # the relative L2 error of one call's output or an input gradient against the float64
+    # reference of the same inputs (perfguard.engine.accuracy): the same seed and inputs give the
+    # same number, and it is gated on growth by a factor above a floor (accuracy_threshold,
+    # accuracy_floor in [tool.perfguard]), not by the timing threshold
+    Metric(
+        name="error",
+        unit="relative error",
+        direction="lower",
+        gated=True,
+        deterministic=True,
+        work=False,
+        column="error",
+        worse="less exact",
+        better="more exact",
+        family="accuracy",
+        zero_valid=True,
     ),
 )
 #: Every metric by name, in report order (the order of the report's columns).
@@ -145,6 +167,10 @@ NAMES = tuple(REGISTRY)
 #: Counts of what one call does (perfguard.engine.work), gated with ``work_threshold``.  Zero is a
 #: count: a call whose work runs inside a compiled region dispatches no FLOP-counted op.
 WORK_METRICS = frozenset(m.name for m in REGISTRY.values() if m.work)
+#: Metrics whose value may be exactly zero (every other one is a positive amount).
+ZERO_VALID_METRICS = frozenset(m.name for m in REGISTRY.values() if m.zero_valid)
+#: The accuracy metric's name: its own rule (perfguard.compare.rule), threshold and floor.
+ERROR = "error"
 #: Values that repeat exactly: a rise over the threshold fails (memory also needs its byte floor).
 DETERMINISTIC_METRICS = frozenset(m.name for m in REGISTRY.values() if m.deterministic)
 #: Reported, not gated, unless a configuration override says ``gate = true``.

@@ -38,7 +38,7 @@ from types import MappingProxyType
 #: when a change makes new numbers incomparable with old ones (the timer, the case's work): perfguard
 #: then re-measures stored baselines instead of comparing numbers taken by different rules.  It lives
 #: here, in a module without heavy imports, because ``perfguard check`` reads it on every run.
-SUITE_VERSION = "2"  # 2: adaptive CUDA timer, memory before capture, work metrics
+SUITE_VERSION = "3"  # 2: adaptive CUDA timer, memory before capture, work metrics; 3: accuracy
 
 #: Environment variables the asv suites read (set by perfguard for each asv invocation).
 PROFILE_ENV = "PERFGUARD_PROFILE"

@@ -20,6 +20,9 @@ _SI_STEPS = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
 _TFLOPS_STEPS = ((1.0, "TFLOP/s"), (1e-3, "GFLOP/s"), (1e-6, "MFLOP/s"), (1e-9, "kFLOP/s"))
 #: Work counted per call (issue 12): shown as exact integers with thousands separators.
 COUNT_UNITS = frozenset({"aten ops", "kernels"})
+#: The accuracy metric's unit (perfguard.metrics): errors span 1e-8 (float32) to 1e-2 (bfloat16),
+#: so they print in scientific notation with three significant digits ("1.23e-07").
+ERROR_UNIT = "relative error"
 #: What a missing value prints as.
 MISSING = "–"
 
@@ -66,6 +69,8 @@ def format_value(value: float | None, unit: str) -> str:
         return MISSING
     if unit in COUNT_UNITS:
         return f"{round(value):,} {unit}"
+    if unit == ERROR_UNIT:
+        return f"{value:.2e}"
     factor, suffix = unit_scale(unit, value)
     return f"{sig3(value / factor)} {suffix}".strip()
 
@@ -96,9 +101,13 @@ class ValueFormatter:
         self.decimals = max(0, 2 - math.floor(math.log10(scaled))) if scaled > 0 else 2
 
     def number(self, value: float | None) -> str:
+        if value is not None and self.suffix == ERROR_UNIT:
+            return f"{value:.2e}"
         return MISSING if value is None else f"{value / self.factor:.{self.decimals}f}"
 
     def __call__(self, value: float | None) -> str:
+        if value is not None and self.suffix == ERROR_UNIT:
+            return f"{value:.2e}"
         return MISSING if value is None else f"{value / self.factor:.{self.decimals}f} {self.suffix}".rstrip()
 
 

@@ -59,6 +59,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "engine.asv_suite",
         "engine.cases",
         "engine.passes",
+        "engine.accuracy",
         "engine.outcomes",
         "engine.suite",
         "engine.shards",

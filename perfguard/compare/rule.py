@@ -22,7 +22,7 @@ from perfguard.compare.model import (
     describe,
 )
 from perfguard.config import Config, Rule
-from perfguard.metrics import DETERMINISTIC_METRICS, REGISTRY, REPORTED_METRICS, WORK_METRICS
+from perfguard.metrics import DETERMINISTIC_METRICS, ERROR, REGISTRY, REPORTED_METRICS, WORK_METRICS
 from perfguard.units import format_delta, format_p, format_value
 
 
@@ -306,6 +306,39 @@ def _decide_work(pair: Pair) -> tuple[Verdict, str]:
     return Verdict.UNCHANGED, f"{change}, within threshold {hi:.2f}"
 
 
+def _decide_accuracy(pair: Pair, config: Config) -> tuple[Verdict, str]:
+    """Deterministic rule for an error against the float64 reference: growth by a factor above a floor.
+
+    Below the floor (``accuracy_floor``, by default the dtype's unit roundoff) an error is rounding:
+    both sides are measured against ``max(error, floor)``, so 1e-9 -> 5e-9 in float32 is no change,
+    and a regression needs the head's error above the floor and more than ``1 + accuracy_threshold``
+    times the base's (default: doubled).  The errors repeat exactly for the same code and inputs on
+    the CPU; on a GPU their spread is far below the factor (docs/perf/accuracy.md).
+    """
+    t = pair.rule.threshold
+    hi = 1.0 + t
+    b, h = pair.base.side.median, pair.head.side.median
+    floor = config.accuracy_floor_for(pair.head.params.get("dtype"))
+    label = describe(pair.head.benchmark, pair.head.metric)
+    unit = pair.head.unit
+    if b == h:
+        return Verdict.UNCHANGED, f"{label} {format_value(h, unit)} in both (ratio 1.000)"
+    r = max(h, floor) / max(b, floor)
+    change = (
+        f"{label} {format_value(b, unit)} → {format_value(h, unit)} ({h / b:.2f}×)"
+        if b > 0
+        else (f"{label} {format_value(b, unit)} → {format_value(h, unit)}")
+    )
+    floor_text = f"the {format_value(floor, unit)} floor"
+    if r > hi:
+        return Verdict.REGRESSION, f"{change}: less exact, over threshold {hi:.2f} above {floor_text}"
+    if r < 1 / hi:
+        return Verdict.IMPROVEMENT, f"{change}: more exact, beyond threshold {hi:.2f} above {floor_text}"
+    if max(b, h) <= floor:
+        return Verdict.UNCHANGED, f"{change}: both below {floor_text} (rounding)"
+    return Verdict.UNCHANGED, f"{change}, within threshold {hi:.2f} above {floor_text}"
+
+
 def _pair_item(pair: Pair, verdict: Verdict, reason: str, hl: float | None, p_used: float | None) -> Item:
     deterministic = pair.head.metric in DETERMINISTIC_METRICS
     return _item(
@@ -367,6 +400,8 @@ def compare_pairs(pairs: list[Pair], config: Config) -> list[Item]:
         p_used: float | None = None
         if p.head.metric in WORK_METRICS:
             verdict, reason = _decide_work(p)
+        elif p.head.metric == ERROR:
+            verdict, reason = _decide_accuracy(p, config)
         elif p.head.metric in DETERMINISTIC_METRICS:
             verdict, reason = _decide_memory(p, config)
         else:

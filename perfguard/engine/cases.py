@@ -209,6 +209,9 @@ def build(
             raise Unsupported(why)
         overrides["backend"] = backend
     overrides.update(head_overrides(spec.multihead, shape))
+    # the module's initial parameters must not depend on what ran before in this process: the
+    # accuracy of a multihead module depends on its weights (perfguard.engine.accuracy)
+    torch.manual_seed(0)
     try:
         module = spec.build("bench", device=device, dtype=torch_dtype, **overrides)
         bench_shape = type(spec.config("bench").shape)(shape.batch, seq_len, shape.num_heads, shape.head_dim)

@@ -12,7 +12,9 @@ most once, in the order that keeps the numbers clean:
 3. the **work counts**, one eager call under a dispatch mode (:mod:`perfguard.engine.work`);
 4. **capture** as a CUDA graph (one timed eager call on the side stream first), and the kernel
    count of that graph;
-5. the **timing** of the graph replay (:mod:`perfguard.engine.timing`).
+5. the **timing** of the graph replay (:mod:`perfguard.engine.timing`);
+6. the **accuracy**, last: one eager forward and backward against perfguard's float64 reference
+   (:mod:`perfguard.engine.accuracy`), shared by the case's accuracy benchmarks.
 
 Under plain ``asv run`` (one benchmark per process) the same objects do only the steps that one
 benchmark needs.  The re-measurement stage may also ask for :meth:`Pass.breakdown`, a profiler pass
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfguard import profiles
-from perfguard.engine import cases, timing, work
+from perfguard.engine import accuracy, cases, timing, work
 
 PASSES = ("forward", "forward_backward")
 
@@ -161,6 +163,16 @@ class Measured:
     case: cases.Case | None
     unsupported: str | None
     passes: dict[str, Pass] = field(default_factory=dict)
+    _errors: accuracy.Errors | None = None
+
+    def errors(self) -> accuracy.Errors:
+        """The case's errors against the float64 reference, measured once (after its first call)."""
+        if self._errors is None:
+            first = self.pass_("forward_backward")
+            first.first()
+            with _clock(first.log, "accuracy_s"):
+                self._errors = accuracy.measure(first.case)
+        return self._errors
 
     def pass_(self, name: str) -> Pass:
         if self.case is None:

@@ -77,6 +77,11 @@ _ORDER = (
     "Work.track_forward_backward_kernels",
     "Communication.track_forward",
     "Communication.track_forward_backward",
+    # last: an eager forward and backward against the float64 reference (perfguard.engine.accuracy)
+    "Accuracy.track_output_error",
+    "Accuracy.track_q_error",
+    "Accuracy.track_k_error",
+    "Accuracy.track_v_error",
 )
 
 

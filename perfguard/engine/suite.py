@@ -58,6 +58,10 @@ for _pass in ("forward", "forward_backward"):
         _KINDS[f"Work.track_{_pass}_{_work}"] = Kind.of(_work)
     # the distributed suite: seconds of communication per call, reported (its share is in info)
     _KINDS[f"Communication.track_{_pass}"] = Kind.of("time", gated=False)
+#: The accuracy of one call (perfguard.engine.accuracy): the output and each input gradient.
+ACCURACY_TENSORS = ("output", "q", "k", "v")
+for _tensor in ACCURACY_TENSORS:
+    _KINDS[f"Accuracy.track_{_tensor}_error"] = Kind.of(metrics.ERROR)
 #: ``improved``'s forward time on each attention kernel: reported, never gated.  It compares kernels
 #: on one machine (which is fastest where), not commits; a kernel that gets slower is torch's or
 #: the driver's business, and ``Forward.track_time`` gates the kernel ``improved`` really runs.
@@ -76,7 +80,11 @@ def short_name(benchmark: str) -> str:
 
 #: The benchmarks over ``impl x seq_len x dtype`` (the backends comparison adds ``backend``).
 _PER_IMPL = tuple(name for name in _KINDS if name != BACKENDS)
-_UNIT_KINDS = {"seconds": Kind.of("time"), "bytes": Kind.of("memory")}
+_UNIT_KINDS = {
+    "seconds": Kind.of("time"),
+    "bytes": Kind.of("memory"),
+    "relative error": Kind.of(metrics.ERROR),
+}
 #: Derived from ``Forward.track_time`` (the same measurement, inverted): reported, never gated.
 THROUGHPUT = Kind.of("throughput")
 EFFICIENCY = Kind.of("efficiency")

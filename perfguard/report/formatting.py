@@ -33,6 +33,11 @@ BENCHMARK_LABELS = {
     # the distributed suite (bench_distributed): seconds per call spent communicating
     "Communication.track_forward": "forward communication",
     "Communication.track_forward_backward": "forward+backward communication",
+    # the accuracy of one call against the float64 reference (perfguard.engine.accuracy)
+    "Accuracy.track_output_error": "output error",
+    "Accuracy.track_q_error": "q gradient error",
+    "Accuracy.track_k_error": "k gradient error",
+    "Accuracy.track_v_error": "v gradient error",
     # improved's forward on each attention kernel (params: backend), reported
     "Backends.track_time": "per-kernel forward time",
 }

@@ -198,7 +198,8 @@ class StoredJSON(Checked):
             elif value and not (MEASURED_RANGE[0] <= min(value) and max(value) <= MEASURED_RANGE[1]):
                 low, high = MEASURED_RANGE
                 bad = next((x for x in value if x != 0.0 and not low <= x <= high), None)
-                if bad is not None:  # zero is a count (metrics.WORK_METRICS), never out of range
+                # zero is a count or an exact result (metrics.ZERO_VALID_METRICS), never out of range
+                if bad is not None:
                     raise ValueError(_outside(bad))
         return value
 

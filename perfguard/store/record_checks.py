@@ -107,7 +107,7 @@ def require_text(name: str, value: Any, max_length: int, *, allow_empty: bool = 
 
 def require_measured(name: str, value: float, unit: str) -> None:
     """``value`` is within :data:`MEASURED_RANGE` (what a measurement can be), or zero (a count:
-    :data:`perfguard.metrics.WORK_METRICS`; whether zero fits the metric is the caller's check)."""
+    :data:`perfguard.metrics.ZERO_VALID_METRICS`; whether zero fits the metric is the caller's check)."""
     low, high = MEASURED_RANGE
     if value != 0.0 and not low <= value <= high:
         raise RecordError(

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from perfguard.metrics import DIRECTIONS, NAMES, WORK_METRICS
+from perfguard.metrics import DIRECTIONS, NAMES, ZERO_VALID_METRICS
 from perfguard.store.record_checks import (
     RecordError,
     as_float,
@@ -205,7 +205,7 @@ class ResultRecord:
             for i, sample in enumerate(self.samples):
                 if type(sample) is not float or not math.isfinite(sample):
                     raise RecordError(f"sample {i} is {show(sample)}, not a number")
-                if sample < 0 or (sample == 0 and self.metric not in WORK_METRICS):
+                if sample < 0 or (sample == 0 and self.metric not in ZERO_VALID_METRICS):
                     raise RecordError(
                         f"sample {i} is {sample!r}: a {self.metric} sample is a positive amount "
                         f"of {self.unit}"
@@ -222,7 +222,7 @@ class ResultRecord:
                 continue
             if type(number) is not float or not math.isfinite(number):
                 raise RecordError(f"{name} is {show(number)}, not a finite number")
-            if number < 0 or (number == 0 and self.metric not in WORK_METRICS):
+            if number < 0 or (number == 0 and self.metric not in ZERO_VALID_METRICS):
                 raise RecordError(
                     f"{name} is {number!r}: a {self.metric} is a positive amount of {self.unit}"
                 )

@@ -1,0 +1,150 @@
+"""Accuracy as a gated metric (issue 31): a change that makes ``improved`` ten times less exact, still
+inside ``perfguard verify``'s tolerance, fails ``perfguard check`` through the accuracy metric; a
+comment-only change passes with every accuracy ratio exactly 1.
+
+The project is a full copy of this checkout (every implementation), main recorded with the
+accuracy benchmarks only at 512 tokens, then two branches checked against it:
+
+- ``less-exact``: ``ImprovedDilatedAttention.forward`` adds seeded noise at 4.5e-6 of the output's
+  mean magnitude (its float32 error on the CPU is ~3.5e-7: about 10x), so the core and the
+  multihead module built on it get less exact, and nothing else does;
+- ``comment``: a comment in ``attention/improved.py``.
+
+The reference itself is checked against ``attention.reference`` (what ``verify`` uses) to 1e-12.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from perfguard import profiles
+from perfguard.config import ACCURACY_FLOORS, parse_config
+from perfguard.engine import accuracy, cases
+from perfguard.verify import probes
+from tests.helpers.project import ROOT, append_commit, git, perfguard, tracked_files
+
+#: The accuracy benchmarks of the implementations the plant reaches, and of one it does not.
+ACCURACY = r"Accuracy\.track_\w+\('(improved|multihead_improved|dilated)', 512,"
+
+LESS_EXACT = """
+
+# --- tests/test_accuracy_metric.py: ten times less exact, still inside verify's tolerance ---
+_exact_forward = ImprovedDilatedAttention.forward
+
+
+def _less_exact_forward(self, *args, **kwargs):
+    import torch
+
+    out = _exact_forward(self, *args, **kwargs)
+    noise = torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).to(out.device, out.dtype)
+    return out + 4.5e-6 * out.detach().abs().mean() * noise
+
+
+ImprovedDilatedAttention.forward = _less_exact_forward
+"""
+
+Project = tuple[Path, str]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    repo = tmp_path_factory.mktemp("accuracy") / "repo"
+    for name in tracked_files():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, repo / name)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    for branch, text in (("less-exact", LESS_EXACT), ("comment", "\n# A comment.\n")):
+        git(repo, "checkout", "-q", "-b", branch, "main")
+        append_commit(repo, "attention/improved.py", text, branch)
+    git(repo, "checkout", "-q", "main")
+    db = repo.parent / "main.db"
+    recorded = perfguard(repo, "run", "--bench", ACCURACY, "--rounds", "1", db=f"sqlite:///{db}")
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    return repo, str(db)
+
+
+def _check(project: Project, tmp_path: Path, branch: str) -> tuple[int, dict[str, Any], str]:
+    repo, main_db = project
+    db = tmp_path / "history.db"
+    db.write_bytes(Path(main_db).read_bytes())
+    git(repo, "checkout", "-q", branch)
+    try:
+        out = tmp_path / "check.json"
+        args = ("--bench", ACCURACY, "--rounds", "1", "--no-verify", "--json", str(out))
+        result = perfguard(repo, "check", "--baseline", "main", *args, db=f"sqlite:///{db}")
+    finally:
+        git(repo, "checkout", "-q", "main")
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    return result.returncode, json.loads(out.read_text()), result.stdout + result.stderr
+
+
+def _accuracy_items(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return [i for i in document["items"] if i["metric"] == "error"]
+
+
+@pytest.mark.slow
+def test_ten_times_less_exact_fails_the_check_through_accuracy(project: Project, tmp_path: Path) -> None:
+    code, document, output = _check(project, tmp_path, "less-exact")
+    assert code == 1, output
+    regressions = [i for i in document["items"] if i["verdict"] == "regression"]
+    assert regressions, output
+    assert {i["metric"] for i in regressions} == {"error"}
+    assert {i["impl"] for i in regressions} == {"improved", "multihead_improved"}
+    # the output got less exact (the plant adds noise after the call; the gradients pass through)
+    assert {i["benchmark"].rsplit(".", 1)[-1] for i in regressions} == {"track_output_error"}
+    for item in regressions:
+        assert 5.0 < item["ratio"] < 20.0, item
+        assert item["head_value"] < 1e-5  # still inside verify's float32 CPU tolerance
+        assert "output error" in item["reason"] and "less exact" in item["reason"]
+    # dilated does not import attention/improved.py: not measured
+    assert "dilated" in {i["impl"] for i in document["items"] if i["verdict"] == "not affected"}
+    assert "output error" in output
+
+
+@pytest.mark.slow
+def test_a_comment_only_change_passes_with_accuracy_ratios_of_one(project: Project, tmp_path: Path) -> None:
+    code, document, output = _check(project, tmp_path, "comment")
+    assert code == 0, output
+    measured = [i for i in _accuracy_items(document) if i["verdict"] != "not affected"]
+    assert {i["impl"] for i in measured} == {"improved", "multihead_improved"}
+    assert len(measured) == 2 * 4  # output, q, k, v of both
+    assert all(i["verdict"] == "unchanged" and i["ratio"] == 1.0 for i in measured), measured
+
+
+@pytest.mark.parametrize("impl", ["improved", "multihead_improved", "block_sparse_ring"])
+def test_the_reference_is_the_one_verify_uses_and_errors_repeat_exactly(impl: str) -> None:
+    case = cases.build(impl, 512, "float32", "cpu", profiles.PROFILES["quick"])
+    counts = accuracy._pattern(case)
+    leaves = tuple(t.detach().to(torch.float64).requires_grad_(True) for t in case.inputs)
+    ours = accuracy._reference(case, leaves, counts)
+    grad = torch.randn(ours.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    our_grads = torch.autograd.grad(ours, leaves, grad)
+    theirs, their_grads, _ = probes.reference(case.module, case.multihead, case.inputs, counts, False, grad)
+    assert float((ours - theirs).abs().max()) < 1e-12
+    assert their_grads is not None
+    for a, b in zip(our_grads, their_grads, strict=True):
+        assert float((a - b).abs().max()) < 1e-12
+    first, second = accuracy.measure(case), accuracy.measure(case)
+    assert first.relative == second.relative  # same inputs, same kernels: the same numbers
+    assert set(first.relative) == set(accuracy.TENSORS)
+    assert all(0 < e < 1e-5 and math.isfinite(e) for e in first.relative.values()), first.relative
+
+
+def test_the_accuracy_settings_are_read_and_checked() -> None:
+    config = parse_config({"accuracy_threshold": 0.5, "accuracy_floor": 1e-6})
+    assert config.rule_for("improved", "bench_attention.Accuracy.track_q_error", "error").threshold == 0.5
+    assert config.accuracy_floor_for("bfloat16") == 1e-6
+    defaults = parse_config({})
+    assert defaults.rule_for("improved", "x", "error").threshold == 1.0  # a doubled error
+    assert defaults.accuracy_floor_for("bfloat16") == ACCURACY_FLOORS["bfloat16"] == 2.0**-9
+    with pytest.raises(Exception, match="accuracy_floor"):
+        parse_config({"accuracy_floor": 0})
