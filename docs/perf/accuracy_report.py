@@ -1,0 +1,62 @@
+"""The table of docs/perf/accuracy_gpu.sh: accuracy cost per round, spread across rounds, planted verdicts.
+
+python docs/perf/accuracy_report.py STORE.db OUT_DIR   (OUT_DIR holds round.log and check.json)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def main(db: str, out: Path) -> None:
+    con = sqlite3.connect(db)
+    rows = con.execute(
+        "select r.run_id, r.benchmark, r.impl, r.params_key, r.value, d.info from results r "
+        "join result_data d on d.result_id = r.id where r.benchmark like '%Accuracy.%' and r.status = 'ok'"
+    ).fetchall()
+    cost: dict[tuple[str, str], float] = {}
+    values: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    first_run = min(r[0] for r in rows) if rows else None
+    for run_id, benchmark, impl, key, value, info in rows:
+        values[(benchmark.rsplit(".", 1)[-1], impl, key)].append(value)
+        if run_id == first_run and benchmark.endswith("track_output_error"):
+            cost[(impl, key)] = json.loads(info).get("accuracy_s", 0.0)
+    log = (out / "round.log").read_text(errors="replace") if (out / "round.log").exists() else ""
+    wall = [float(m) for m in re.findall(r"round 1/1 done in (\d+(?:\.\d+)?) s", log)]
+    total = sum(cost.values())
+    print(
+        f"accuracy pass: {total:.1f} s over {len(cost)} cases in the full round"
+        + (f" of {wall[0]:.0f} s ({100 * total / wall[0]:.1f}%)" if wall else "")
+    )
+    for (impl, key), s in sorted(cost.items(), key=lambda kv: -kv[1])[:5]:
+        print(f"  slowest: {impl} {key}: {s:.2f} s")
+    spreads = [(max(v) / min(v), k) for k, v in values.items() if len(v) > 1 and min(v) > 0]
+    if spreads:
+        worst = max(spreads)
+        same = sum(1 for s, _ in spreads if s == 1.0)
+        print(f"errors in two fresh rounds: {same} of {len(spreads)} identical; ", end="")
+        print(f"largest spread x{worst[0]:.4f} ({worst[1]})")
+    check = out / "check.json"
+    if check.exists():
+        doc = json.loads(check.read_text())
+        print("planted check exit", doc.get("exit_code", doc.get("summary", {}).get("exit_code")))
+        for item in doc["items"]:
+            if item.get("metric") == "error" and item["verdict"] not in ("unchanged", "not affected"):
+                what = f"{item['impl']} {item['benchmark'].rsplit('.', 1)[-1]} {item['params_key']}"
+                change = f"{item['base_value']:.2e} -> {item['head_value']:.2e}"
+                print(f"  {item['verdict']}: {what} x{item['ratio']:.2f} ({change})")
+    errors = defaultdict(list)
+    for (bench, impl, key), v in values.items():
+        if bench == "track_output_error":
+            errors[impl].append(f"{key.split(',')[0]}={min(v):.2e}")
+    for impl, vals in sorted(errors.items()):
+        print(f"  output error {impl}: {' '.join(sorted(vals))}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]))
