@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from attention._compiled import budgeted
 from attention._fallback import ContextError, compile_blocked
 from attention._lse import compute_dtype
 
@@ -169,6 +170,13 @@ _FLEX_MASKS: dict = {}
 _FLEX_COMPILED = None
 
 
+def _flex_engine(*args: Any, **kwargs: Any) -> Any:
+    """The engine's own function around ``flex_attention``: its own budget (:mod:`attention._compiled`)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention(*args, **kwargs)
+
+
 def _flex_fn(device: torch.device):
     global _FLEX_COMPILED
     from torch.nn.attention.flex_attention import flex_attention
@@ -176,7 +184,7 @@ def _flex_fn(device: torch.device):
     if device.type != "cuda":
         return flex_attention  # eager (a dense reference implementation): tests on the CPU
     if _FLEX_COMPILED is None:
-        _FLEX_COMPILED = torch.compile(flex_attention, dynamic=False)
+        _FLEX_COMPILED = budgeted(_flex_engine)
     return _FLEX_COMPILED
 
 

@@ -65,6 +65,7 @@ from collections.abc import Sequence
 import torch
 
 from attention._base import DilatedAttentionBase
+from attention._compiled import budgeted
 from attention._fallback import ContextError, Fallback, calling_context, compile_blocked
 from attention._lse import attention_with_lse, merge_stacked
 from attention._plan import split_lengths
@@ -489,10 +490,15 @@ _FLEX_TILE = 128  # FlexAttention's block-mask granularity
 _COMPILED = None
 
 
+def _flex_block_sparse(*args, **kwargs):
+    """Block-sparse's own function around ``flex_attention``: its own budget (:mod:`attention._compiled`)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention(*args, **kwargs)
+
+
 def _compiled_flex():
     global _COMPILED
     if _COMPILED is None:
-        from torch.nn.attention.flex_attention import flex_attention
-
-        _COMPILED = torch.compile(flex_attention, dynamic=False)
+        _COMPILED = budgeted(_flex_block_sparse)
     return _COMPILED

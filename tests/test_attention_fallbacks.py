@@ -435,3 +435,26 @@ def test_triton_merge_under_fake_tensors_falls_back_for_that_call_only() -> None
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "fallback for that call only" in done.stdout
+
+
+def test_each_flex_site_has_its_own_compile_budget_and_never_runs_flex_eagerly(monkeypatch: Any) -> None:
+    """The engine's flex kernel and block-sparse compile functions of their own (attention._compiled):
+    shapes compiled at one site do not use up the other's Dynamo budget (one shared ``flex_attention``
+    made block-sparse run eager flex on an H200), and past its budget a site raises instead of
+    running the unfused eager reference.  On the CPU with tiny shapes and a budget of 2."""
+    from attention import _compiled, _kernels
+
+    monkeypatch.setattr(_compiled, "RECOMPILE_LIMIT", 2)
+    engine = _compiled.budgeted(_kernels._flex_engine)
+    sparse = _compiled.budgeted(block_sparse._flex_block_sparse)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (128, 256):
+            q = torch.randn(1, 1, n, 16)
+            engine(q, q, q)
+        q = torch.randn(1, 1, 384, 16)
+        sparse(q, q, q)  # the third shape of the process, the first of this site: compiled
+        with pytest.raises(torch._dynamo.exc.FailOnRecompileLimitHit):
+            engine(q, q, q)  # the engine site's third shape: over its budget
+    eager = [str(w.message) for w in caught if "without torch.compile" in str(w.message)]
+    assert not eager, eager

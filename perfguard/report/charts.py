@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from perfguard.units import sig3, unit_scale
+from perfguard.units import ERROR_UNIT, format_value, sig3, unit_scale
 
 #: Tableau 10: distinguishable, and still distinguishable for the common colour-vision deficiencies.
 PALETTE = (
@@ -382,6 +382,9 @@ def loglog_chart(
             y_ticks_v = log_ticks(min(vs), max(vs), base=8)
     y_labels = []
     for t in y_ticks_v:
+        if unit == ERROR_UNIT:  # 1e-7 .. 1e-2: "1.00e-07", the unit named by the chart's title
+            y_labels.append(format_value(t, unit))
+            continue
         factor, suffix = unit_scale(unit, t)
         y_labels.append(f"{sig3(t / factor)} {suffix}".strip())
     # The left margin holds the longest tick label (issue 14: "0.0100 TFLOP/s" was cut to ".0100").

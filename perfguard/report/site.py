@@ -9,6 +9,9 @@ in the pages as JSON blocks, no request of any kind, guarded by a Content-Securi
                             hover read-out (commit, date, value, CI), regressions / improvements marked
 ``compare.html``            implementations against each other over sequence length, with crossovers
 ``memory.html``             peak memory against sequence length, log-log, with the fitted exponent
+``work.html``               the work counts of one call against sequence length
+``accuracy.html``           the error of one call against perfguard's float64 reference, per tensor and
+                            dtype, against sequence length (its history: each series' page)
 ``ranks.html``              the distributed suite against the number of ranks (GPUs), with the ideal
 ``backends.html``           ``improved`` on each attention kernel over sequence length at the latest commit:
                             fastest marked, kernels that cannot run with why (:mod:`.backends`)
@@ -209,13 +212,14 @@ def build_site(
             )
         ],
     )
-    for name, metrics, heading, intro, empty in (
+    for name, metrics, heading, intro, empty, guides in (
         (
             "memory",
             in_family("memory"),
             "Memory scaling",
             "Peak GPU memory.",
             "No peak-memory results are stored yet (memory benchmarks run on CUDA machines only).",
+            True,
         ),
         (
             "work",
@@ -224,6 +228,18 @@ def build_site(
             "Deterministic counts of one call: FLOPs, dispatched aten ops, CUDA kernels launched and "
             "bytes allocated; they do not depend on a quiet machine and are gated like memory.",
             "No work metrics are stored yet.",
+            True,
+        ),
+        (
+            "accuracy",
+            in_family("accuracy"),
+            "Accuracy",
+            "The relative L2 error of one call's output and of each input gradient against perfguard's "
+            "float64 reference of the same inputs (perfguard.engine.accuracy), per dtype; gated on growth "
+            "by a factor above the dtype's roundoff. A flat line: the error does not grow with the "
+            "length. Each series' history is on its page (index).",
+            "No accuracy results are stored yet.",
+            False,
         ),
     ):
         write(
@@ -233,8 +249,9 @@ def build_site(
             heading=heading,
             intro=intro,
             empty=empty,
+            guides=guides,
             groups=[
-                _group_view(g, memory=True)
+                _group_view(g, memory=guides, crossovers=guides)
                 for g in groups(series, metrics=metrics, colors=colors, slugs=slugs)
             ],
         )
@@ -335,12 +352,14 @@ class GroupView:
     chart: Any
 
 
-def _group_view(g: Group, *, memory: bool) -> GroupView:
+def _group_view(g: Group, *, memory: bool, crossovers: bool = True) -> GroupView:
+    """``memory``: the O(n) and O(n²) guides; ``crossovers``: where one implementation overtakes another
+    (not drawn for errors: which implementation is more exact at a length is in the table)."""
     lines = [(ln.impl, PALETTE[ln.color], list(ln.points.items())) for ln in g.lines]
     chart = loglog_chart(
         lines,
         unit=g.unit,
-        verticals=[(c.seq_len, c.label) for c in g.crossovers],
+        verticals=[(c.seq_len, c.label) for c in g.crossovers] if crossovers else [],
         guide_slopes=((1.0, "O(n)"), (2.0, "O(n²)")) if memory else (),
     )
     return GroupView(group=g, chart=chart)
