@@ -10,7 +10,8 @@ accuracy benchmarks only at 512 tokens, then two branches checked against it:
   multihead module built on it get less exact, and nothing else does;
 - ``comment``: a comment in ``attention/improved.py``.
 
-The reference itself is checked against ``attention.reference`` (what ``verify`` uses) to 1e-12.
+The reference (perfguard's own, which ``verify`` uses too) is checked against the independent one of
+``attention.reference`` (all heads at once, autograd's backward) to 1e-12.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from typing import Any
 import pytest
 import torch
 
+from attention.reference import multihead_reference, reference_attention
 from perfguard import profiles
 from perfguard.config import ACCURACY_FLOORS, parse_config
 from perfguard.engine import accuracy, cases
-from perfguard.verify import probes
 from tests.helpers.project import ROOT, append_commit, git, perfguard, tracked_files
 
 #: The accuracy benchmarks of the implementations the plant reaches, and of one it does not.
@@ -121,16 +122,22 @@ def test_a_comment_only_change_passes_with_accuracy_ratios_of_one(project: Proje
 
 
 @pytest.mark.parametrize("impl", ["improved", "multihead_improved", "block_sparse_ring"])
-def test_the_reference_is_the_one_verify_uses_and_errors_repeat_exactly(impl: str) -> None:
+def test_the_reference_agrees_with_an_independent_one_and_errors_repeat_exactly(impl: str) -> None:
     case = cases.build(impl, 512, "float32", "cpu", profiles.PROFILES["quick"])
     counts = accuracy._pattern(case)
     leaves = tuple(t.detach().to(torch.float64).requires_grad_(True) for t in case.inputs)
     ours = accuracy._reference(case, leaves, counts)
     grad = torch.randn(ours.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     our_grads = torch.autograd.grad(ours, leaves, grad)
-    theirs, their_grads, _ = probes.reference(case.module, case.multihead, case.inputs, counts, False, grad)
+    # an independent implementation: attention.reference, all heads at once, autograd's backward
+    theirs_leaves = tuple(t.detach().to(torch.float64).requires_grad_(True) for t in case.inputs)
+    if case.multihead:
+        theirs = multihead_reference(case.module, *theirs_leaves, counts=counts)
+    else:
+        scale = getattr(case.module, "softmax_scale", None)
+        theirs = reference_attention(*theirs_leaves, counts, softmax_scale=scale)
+    their_grads = torch.autograd.grad(theirs, theirs_leaves, grad)
     assert float((ours - theirs).abs().max()) < 1e-12
-    assert their_grads is not None
     for a, b in zip(our_grads, their_grads, strict=True):
         assert float((a - b).abs().max()) < 1e-12
     first, second = accuracy.measure(case), accuracy.measure(case)

@@ -83,13 +83,13 @@ def measure(case: cases.Case) -> Errors:
         ref_grads = torch.autograd.grad(ref, ref_leaves, grad_out.to(torch.float64))
     density = float(counts.count_nonzero().item()) / counts.numel()
     del counts
-    relative = {"output": _relative(out, ref.detach(), 0.0)}
+    relative = {"output": relative_error(out, ref.detach(), 0.0)}
     max_abs = {"output": _max_abs(out, ref.detach())}
     floor = GRAD_FLOOR * max(float(torch.linalg.vector_norm(g).item()) for g in ref_grads)
     for name, g, rg in zip(TENSORS[1:], grads, ref_grads, strict=True):
         if g is None:  # an input the call ignores: its gradient is zero
             g = torch.zeros_like(rg)
-        relative[name] = _relative(g, rg, floor)
+        relative[name] = relative_error(g, rg, floor)
         max_abs[name] = _max_abs(g, rg)
     if case.device == "cuda":
         torch.cuda.synchronize()
@@ -108,37 +108,61 @@ def _core(case: cases.Case) -> torch.nn.Module:
     return core
 
 
+def declared_pattern(
+    core: torch.nn.Module, seq_len: int, *, causal: bool, num_heads: int, device: torch.device | str | None
+) -> Any:
+    """``core.attention_pattern(...)`` on ``device`` (docs/design.md): what the module says it computes.
+
+    The ``device=`` keyword is part of the contract; a module written before it gets the call it
+    knows and its pattern is moved afterwards.  Not checked here (``verify`` says what is wrong).
+    """
+    fn = core.attention_pattern
+    try:
+        params = inspect.signature(fn).parameters.values()
+        takes_device = any(p.name == "device" or p.kind is p.VAR_KEYWORD for p in params)
+    except (TypeError, ValueError):
+        takes_device = False
+    if device is not None and takes_device:
+        return fn(seq_len, is_causal=causal, num_heads=num_heads, device=device)
+    counts = fn(seq_len, is_causal=causal, num_heads=num_heads)
+    return counts.to(device) if device is not None and isinstance(counts, torch.Tensor) else counts
+
+
 def _pattern(case: cases.Case) -> torch.Tensor:
     """The declared pattern ``(heads, n, n)`` of the case's core, on the case's device."""
     core = _core(case)
-    fn = getattr(core, "attention_pattern", None)
-    if fn is None:
+    if getattr(core, "attention_pattern", None) is None:
         raise NoPattern(
             f"{type(core).__name__} has no attention_pattern: the accuracy benchmarks need the "
             "pattern the implementation computes (docs/design.md)"
         )
     n = case.seq_len
     heads = case.module.num_heads if case.multihead else case.inputs[0].shape[2]
-    try:
-        params = inspect.signature(fn).parameters.values()
-        takes_device = any(p.name == "device" or p.kind is p.VAR_KEYWORD for p in params)
-    except (TypeError, ValueError):
-        takes_device = False
-    kw = {"device": case.device} if takes_device else {}
-    counts = fn(n, is_causal=False, num_heads=heads, **kw)
+    counts = declared_pattern(core, n, causal=False, num_heads=heads, device=case.device)
     if not isinstance(counts, torch.Tensor) or counts.shape != (heads, n, n):
         raise NoPattern(f"attention_pattern gave {type(counts).__name__}, not a ({heads}, {n}, {n}) tensor")
     return counts.to(case.device)
 
 
 def _reference(case: cases.Case, leaves: tuple[torch.Tensor, ...], counts: torch.Tensor) -> torch.Tensor:
-    """The float64 output of the declared pattern on ``leaves`` (differentiable in them)."""
-    core = _core(case)
+    return reference(case.module, case.multihead, leaves, counts)
+
+
+def reference(
+    module: torch.nn.Module, multihead: bool, leaves: tuple[torch.Tensor, ...], counts: torch.Tensor
+) -> torch.Tensor:
+    """The float64 output of ``counts`` (the declared pattern) on ``leaves``, differentiable in them.
+
+    Core modules: q, k, v ``(batch, n, heads, dim)``.  Multihead modules (the contract of
+    docs/design.md: ``q_proj``, ``k_proj``, ``v_proj``, ``attention`` with ``softmax_scale``,
+    ``norm`` or None, ``out_proj``, ``num_heads``): query, key, value ``(batch, n, embed_dim)``.
+    ``leaves`` in float64; ``counts`` ``(heads, n, n)``, causal or not as the caller built it.
+    """
+    core = getattr(module, "attention", None) if multihead else module
     scale = getattr(core, "softmax_scale", None)
-    if not case.multihead:
+    if not multihead:
         q, k, v = leaves
         return _HeadwiseAttention.apply(q, k, v, counts, scale)
-    module = case.module
     b, n, e = leaves[0].shape
     h = module.num_heads
     q = _linear(leaves[0], module.q_proj).view(b, n, h, e // h)
@@ -210,12 +234,13 @@ def _probs(q: torch.Tensor, k: torch.Tensor, counts: torch.Tensor, scale: float)
     return torch.softmax(logits, dim=-1).mul_(has_keys)
 
 
-def _relative(x: torch.Tensor, ref: torch.Tensor, floor: float) -> float:
-    """``‖x − ref‖ / max(‖ref‖, floor)`` in float64; inf for a non-finite ``x``."""
-    diff = x.detach().to(torch.float64) - ref
+def relative_error(x: torch.Tensor, ref: torch.Tensor, floor: float = 0.0) -> float:
+    """``‖x − ref‖ / max(‖ref‖, floor)`` in float64; inf for a non-finite ``x`` (a zero
+    reference compares absolutely)."""
+    diff = x.detach().to(torch.float64) - ref.detach().to(torch.float64)
     if not bool(torch.isfinite(diff).all()):
         return math.inf
-    den = max(float(torch.linalg.vector_norm(ref).item()), floor)
+    den = max(float(torch.linalg.vector_norm(ref.detach().to(torch.float64)).item()), floor)
     num = float(torch.linalg.vector_norm(diff).item())
     return num / den if den > 0 else num
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from attention.reference import declared_pattern as core_pattern
-from attention.reference import multihead_references, reference_attentions, relative_error
+from perfguard.engine import accuracy
+from perfguard.engine.accuracy import relative_error
 
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -73,7 +73,9 @@ def declared_pattern(
     Built there by the module itself (``device=``, docs/design.md); a module without that keyword
     builds it where it does and the result is moved.
     """
-    return core_pattern(core_of(module, multihead), seq_len, causal, num_heads, device)
+    return accuracy.declared_pattern(
+        core_of(module, multihead), seq_len, causal=causal, num_heads=num_heads, device=device
+    )
 
 
 def pattern_problem(pattern: Any, num_heads: int, seq_len: int, causal: bool) -> str | None:
@@ -219,21 +221,24 @@ def reference(
     other_value: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, torch.Tensor | None]:
     """The float64 reference output of the declared pattern, its input gradients if asked, and
-    the reference output with ``v`` replaced by ``other_value`` if given (same softmax, computed once).
+    the reference output with ``v`` replaced by ``other_value`` if given.
+
+    perfguard's own reference (:func:`perfguard.engine.accuracy.reference`), never the guarded
+    package's: the code under review must not be able to change what it is checked against.
     """
     leaves = tuple(t.detach().to(torch.float64).requires_grad_(grad_out is not None) for t in inputs)
-    values = [leaves[2]] if other_value is None else [leaves[2], other_value.detach().to(torch.float64)]
+    counts = pattern
+    if multihead and getattr(module, "num_heads", None) != pattern.shape[0]:
+        # the declared pattern is the core's over its own heads: the reference needs the module's
+        n = inputs[0].shape[1]
+        counts = declared_pattern(module, True, n, module.num_heads, causal, device=inputs[0].device)
+    other = None
+    if other_value is not None:
+        with torch.no_grad():
+            swapped = (leaves[0].detach(), leaves[1].detach(), other_value.detach().to(torch.float64))
+            other = accuracy.reference(module, multihead, swapped, counts)
     with torch.enable_grad() if grad_out is not None else torch.no_grad():
-        if multihead:
-            # the declared pattern is the core's own over the module's heads: no second build
-            counts = pattern if getattr(module, "num_heads", None) == pattern.shape[0] else None
-            refs = multihead_references(module, leaves[0], leaves[1], values, is_causal=causal, counts=counts)
-        else:
-            scale = getattr(module, "softmax_scale", None)
-            refs = reference_attentions(leaves[0], leaves[1], values, pattern, softmax_scale=scale)
-        ref = refs[0]
-        other = refs[1].detach() if other_value is not None else None
-        del refs
+        ref = accuracy.reference(module, multihead, leaves, counts)
         if grad_out is None:
             return ref.detach(), None, other
         grads = torch.autograd.grad(ref, leaves, grad_out.to(torch.float64))
