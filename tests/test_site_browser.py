@@ -306,7 +306,9 @@ def test_every_page_loads_clean_and_every_link_resolves(site: tuple[HistoryFacts
         visit.close()
 
 
-@pytest.mark.parametrize("name", ["index.html", "compare.html", "memory.html", "regressions.html", "bench"])
+@pytest.mark.parametrize(
+    "name", ["index.html", "compare.html", "memory.html", "accuracy.html", "regressions.html", "bench"]
+)
 def test_mobile_width_stays_readable(site: tuple[HistoryFacts, Path], name: str) -> None:
     _, site_dir = site
     path = page_for(site_dir, FORWARD, RING_1024) if name == "bench" else site_dir / name
@@ -430,7 +432,7 @@ def test_two_commits_read_from_zero_by_commit_with_an_honest_note(
 def test_axis_labels_stay_inside_their_charts(readme_sites: dict[int, tuple[ReadmeFacts, Path]]) -> None:
     """Issue 14: a TFLOP/s label was clipped to ".0100"; every tick label must fit its viewBox."""
     _, site_dir = readme_sites[2]
-    pages = [site_dir / "compare.html", site_dir / "memory.html", site_dir / "work.html"]
+    pages = [site_dir / name for name in ("compare.html", "memory.html", "work.html", "accuracy.html")]
     pages += _sample_pages(site_dir)
     visit = open_page(pages[0].as_uri())
     try:
