@@ -174,8 +174,16 @@ def column_order(benchmark: str) -> tuple[int, bool, str]:
     backward = label.startswith("forward+backward")
     for k, word in enumerate(COLUMN_WORDS):
         if label.endswith(word):
-            return (k, backward, label)
+            # the errors: the output first, then the gradients in argument order (q, k, v)
+            return (k, backward, _ERROR_ORDER.get(label, label))
     return (9, backward, label)
+
+
+#: How the accuracy columns sort: output error, then the q, k, v gradient errors.
+_ERROR_ORDER = {
+    label: f"{i}"
+    for i, label in enumerate(("output error", "q gradient error", "k gradient error", "v gradient error"))
+}
 
 
 def arrange(views: Sequence[ItemView]) -> list[ItemView]:
