@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from attention.reference import multihead_reference, reference_attention
 from perfguard import profiles
 from perfguard.config import ACCURACY_FLOORS, parse_config
 from perfguard.engine import accuracy, cases
-from tests.helpers.project import ROOT, append_commit, git, perfguard, tracked_files
+from tests.helpers.project import add_branches, git, perfguard, project_repo
 
 #: The accuracy benchmarks of the implementations the plant reaches, and of one it does not.
 ACCURACY = r"Accuracy\.track_\w+\('(improved|multihead_improved|dilated)', 512,"
@@ -57,16 +56,9 @@ Project = tuple[Path, str]
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     repo = tmp_path_factory.mktemp("accuracy") / "repo"
-    for name in tracked_files():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, repo / name)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
-    for branch, text in (("less-exact", LESS_EXACT), ("comment", "\n# A comment.\n")):
-        git(repo, "checkout", "-q", "-b", branch, "main")
-        append_commit(repo, "attention/improved.py", text, branch)
-    git(repo, "checkout", "-q", "main")
+    repo = project_repo(repo, trim=False)
+    module = "attention/improved.py"
+    add_branches(repo, {"less-exact": [(module, LESS_EXACT)], "comment": [(module, "\n# A comment.\n")]})
     db = repo.parent / "main.db"
     recorded = perfguard(repo, "run", "--bench", ACCURACY, "--rounds", "1", db=f"sqlite:///{db}")
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr

@@ -17,7 +17,6 @@ Branches of ``main``:
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import import_walk
-from tests.helpers.project import ROOT, append_commit, git, perfguard, tracked_files
+from tests.helpers.project import ROOT, add_branches, git, perfguard, project_repo
 
 Project = tuple[Path, str]
 
@@ -57,17 +56,8 @@ BRANCHES = {
 def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     """The project with its branches, and a store holding one recorded round of main."""
     repo = tmp_path_factory.mktemp("reach") / "project"
-    for name in tracked_files():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, repo / name)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
-    for branch, changes in BRANCHES.items():
-        git(repo, "checkout", "-q", "-b", branch, "main")
-        for path, addition in changes:
-            append_commit(repo, path, addition, branch)
-    git(repo, "checkout", "-q", "main")
+    repo = project_repo(repo, trim=False)
+    add_branches(repo, BRANCHES)
     db = repo.parent / "main.db"
     recorded = perfguard(repo, "run", "--bench", OPS, "--rounds", "1", db=f"sqlite:///{db}")
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr

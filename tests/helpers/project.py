@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,19 +75,30 @@ def tracked_files() -> list[str]:
     return [f for f in out.decode().split("\0") if f and (ROOT / f).is_file()]
 
 
-def project_repo(path: Path) -> Path:
-    """The trimmed project at ``path`` as a git repository with one commit on ``main``."""
+def project_repo(path: Path, *, trim: bool = True) -> Path:
+    """The project at ``path`` as a git repository with one commit on ``main``: trimmed to
+    ``dilated`` and ``improved`` (:data:`TRIM`), or with every implementation (``trim=False``)."""
     for name in tracked_files():
         (path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, path / name)
-    with (path / "attention" / "registry.py").open("a") as fh:
-        fh.write(TRIM)
+    if trim:
+        with (path / "attention" / "registry.py").open("a") as fh:
+            fh.write(TRIM)
     git(path, "init", "-q", "-b", "main")
     git(path, "config", "user.name", "Pat Author")
     git(path, "config", "user.email", "pat@example.invalid")
     git(path, "add", "-A")
     git(path, "commit", "-q", "-m", "base")
     return path
+
+
+def add_branches(repo: Path, branches: Mapping[str, Sequence[tuple[str, str]]]) -> None:
+    """One branch off ``main`` per entry, each appending its texts to its files (a commit each)."""
+    for branch, changes in branches.items():
+        git(repo, "checkout", "-q", "-b", branch, "main")
+        for path, addition in changes:
+            append_commit(repo, path, addition, branch)
+    git(repo, "checkout", "-q", "main")
 
 
 def append_commit(repo: Path, path: str, text: str, message: str) -> str:
