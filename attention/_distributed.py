@@ -42,6 +42,7 @@ all-gathered once per forward, which is the only host synchronisation of the dis
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -164,26 +165,46 @@ def transient_bytes(
     mode: str,
 ) -> int:
     """An upper bound of what a rank holds during a forward with ``lanes`` besides its q, k, v,
-    output and LSE: the largest piece being merged (its values, its float32 LSE and the merge's
-    two float32 row temporaries) plus three packed key/value buffers (the one attended, the next
-    arriving, the next leaving).  A branch's piece covers the query rows of the segments that
-    meet one key sub-chunk, one in ``r`` of them per head; its packed rows are one in ``r`` of a
-    sub-chunk, and only branches whose segments cross a shard boundary send any."""
+    output and LSE, on any rank: the largest piece being merged (its values, its float32 LSE and
+    the merge's two float32 row temporaries) plus three of the largest packed key/value buffer
+    (the one attended, the next arriving, the next leaving).
+
+    Per branch (segment ``w``, rate ``r``, ``hb`` heads), a piece against key sub-chunk ``c`` covers
+    one in ``r`` of the query rows that the segments meeting ``c`` hold, and what shard ``a``
+    receives of ``c`` is one in ``r`` of the rows of ``c`` that the segments meeting shard ``a``
+    hold: interval arithmetic on the positions, causality ignored (a bound)."""
     shards = chunk_bounds(lengths)
     world = len(lengths)
-    longest = max(lengths)
-    sub = -(-longest // lanes)
+    subs = [[(lo + s, lo + e) for s, e in chunk_bounds(split_lengths(hi - lo, lanes))] for lo, hi in shards]
+    branches = [
+        (bh.segment_length, bh.dilation_rate, len(bh.heads))
+        for bh in branch_heads(heads, segment_lengths, dilation_rates, mode)
+    ]
+
+    def reach(lo: int, hi: int, w: int) -> tuple[int, int]:
+        """The positions of the segments of length ``w`` that meet [lo, hi)."""
+        return (lo // w) * w, ((hi - 1) // w + 1) * w
+
+    def kept(x: tuple[int, int], y: tuple[int, int], r: int) -> int:
+        return -(-max(0, min(x[1], y[1]) - max(x[0], y[0])) // r)
+
     piece = packed = 0
-    for bh in branch_heads(heads, segment_lengths, dilation_rates, mode):
-        w, r, hb = bh.segment_length, bh.dilation_rate, len(bh.heads)
-        span = min(longest, (-(-sub // w) + 1) * w)
-        piece = max(piece, hb * -(-span // r) * (head_dim * element_size + 12))
-        crosses = any(
-            chunks_connected(shards, a, c, [w], False) for a in range(world) for c in range(world) if a != c
-        )
-        if crosses:
-            packed += hb * -(-sub // r) * 2 * head_dim * element_size
-    return batch * (piece + 3 * packed)
+    for a, rows in enumerate(shards):
+        for step in range(world):
+            for c in subs[(a - step) % world]:
+                sent = 0
+                for w, r, hb in branches:
+                    crossing = kept(c, reach(*rows, w), r)
+                    if step == 0 or crossing:
+                        piece = max(piece, hb * kept(rows, reach(*c, w), r))
+                    sent += hb * crossing if step else 0
+                packed = max(packed, sent)
+    row = head_dim * element_size
+    return batch * (piece * (row + 12) + 3 * packed * 2 * row)
+
+
+#: At most this many lanes: each is another trip around the ring; past it host work dominates.
+MAX_LANES = 64
 
 
 def lanes_for(
@@ -197,19 +218,26 @@ def lanes_for(
     dilation_rates: Sequence[int],
     mode: str,
 ) -> int:
-    """The fewest lanes (1, 2, 4, …, at most the shortest shard) whose :func:`transient_bytes`
-    stay within :data:`TRANSIENT_SHARE` of the longest shard's output: every lane is another trip
-    around the ring (host work per step), so no more than memory needs."""
+    """The fewest lanes (1, 2, 4, …, at most the shortest shard and :data:`MAX_LANES`) whose
+    :func:`transient_bytes` stay within :data:`TRANSIENT_SHARE` of the longest shard's output:
+    every lane is another trip around the ring (host work per step), so no more than memory
+    needs.  Cached: the same shapes ask again at every call."""
+    shape = (batch, heads, head_dim, element_size)
+    return _lanes_for(tuple(lengths), *shape, tuple(segment_lengths), tuple(dilation_rates), mode)
+
+
+@functools.lru_cache(maxsize=256)
+def _lanes_for(lengths, batch, heads, head_dim, element_size, segment_lengths, dilation_rates, mode) -> int:
     budget = TRANSIENT_SHARE * batch * max(lengths) * heads * head_dim * element_size
-    shortest = min(lengths)
+    shape = {"batch": batch, "heads": heads, "head_dim": head_dim, "element_size": element_size}
+    pattern = {"segment_lengths": segment_lengths, "dilation_rates": dilation_rates, "mode": mode}
+    most = min(*lengths, MAX_LANES)
     lanes = 1
-    while lanes < shortest:
-        shape = {"batch": batch, "heads": heads, "head_dim": head_dim, "element_size": element_size}
-        pattern = {"segment_lengths": segment_lengths, "dilation_rates": dilation_rates, "mode": mode}
+    while lanes < most:
         if transient_bytes(lengths, lanes, **shape, **pattern) <= budget:
             return lanes
         lanes *= 2
-    return shortest
+    return most
 
 
 def schedule_for(

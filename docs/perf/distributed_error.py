@@ -5,7 +5,7 @@ of the running output per merged part, per rank and step).  This measures ours: 
 split over N = 1, 2 and 4 gloo ranks, forward and backward in bfloat16 (and float32), every rank's
 output and input-gradient shards gathered and compared with the float64 reference of the module's
 own pattern (``attention_pattern``).  Lanes both as the module chooses and forced (8 sub-chunks a
-shard, ``single_shot_bytes=0``: the GPU geometry at long lengths).
+shard, ``ring_lanes=8``: the geometry of the GPU runs before issue 33).
 
     python docs/perf/distributed_error.py [--tokens 2048] [--ranks 1,2,4]
 
@@ -75,7 +75,7 @@ def main() -> None:
         (f"{dt}-{'causal' if c else 'full'}-{lanes}", getattr(torch, dt), c, kw)
         for dt in ("bfloat16", "float32")
         for c in (False, True)
-        for lanes, kw in (("module", {}), ("8lanes", {"single_shot_bytes": 0}))
+        for lanes, kw in (("module", {}), ("8lanes", {"ring_lanes": 8}))
     ]
     q, k, v, grad = (t.double().requires_grad_() for t in _inputs(n))
     refs = {}
