@@ -203,8 +203,10 @@ def transient_bytes(
     return batch * (piece * (row + 12) + 3 * packed * 2 * row)
 
 
-#: At most this many lanes: each is another trip around the ring; past it host work dominates.
-MAX_LANES = 64
+#: At most this many lanes (the most the ring used before issue 33): each is another trip around
+#: the ring, and every lane adds a bfloat16 rounding of the running output per step (the error
+#: grew x4.6 at 8 ranks with 64 lanes, docs/perf/distributed.md); past it the bound may not hold.
+MAX_LANES = 8
 
 
 def lanes_for(
