@@ -19,12 +19,13 @@ the extra memory is O(n / ring_size); ``single_shot_bytes=0`` always chunks.
 
 Distributed: when ``torch.distributed`` is initialised with more than one rank (or with
 ``sequence_parallel=True``), each rank passes its own contiguous shard of q, k and v (sequence
-split; shards may differ in length) and gets its output shard back; key/value shards travel
-around the ring (:mod:`attention._distributed`): one shard per rank (``ring_size``, if given, must
-equal the world size), each cut into 4 or 8 sub-chunks ("lanes", ``ring_lanes`` to choose) once it
-exceeds ``single_shot_bytes``, so a rank's memory beyond its shard stays a fraction of the shard.
-Pass ``sequence_parallel=False`` to keep the single-device ring under data parallelism, where every
-rank holds whole sequences.
+split; shards may differ in length) and gets its output shard back; each rank sends every other
+only the key/value rows that its pieces read (:mod:`attention._distributed`): one shard per rank
+(``ring_size``, if given, must equal the world size); once a shard exceeds ``single_shot_bytes``
+its keys/values are cut into as many sub-chunks ("lanes", ``ring_lanes`` to choose) as keep what a
+rank holds besides its shard within a bound (:meth:`RingDilatedAttention.lanes_for`; one for the
+``distributed`` profile).  Pass ``sequence_parallel=False`` to keep the single-device ring under
+data parallelism, where every rank holds whole sequences.
 """
 
 from __future__ import annotations

@@ -55,8 +55,8 @@ GIB = 2**30
 def exactness(group, device: str) -> list[dict[str, Any]]:
     """The sequence-parallel ring on this group against the one-device ring over the whole sequence.
 
-    8K tokens (smoke: 1K), 1 x n x 12 x 64, segments crossing every shard, lanes forced
-    (``single_shot_bytes=0``); forward and the q/k/v gradients, causal or not, bf16 and fp32.  Every
+    8K tokens (smoke: 1K), 1 x n x 12 x 64, segments crossing every shard, 4 lanes forced
+    (``ring_lanes=4``); forward and the q/k/v gradients, causal or not, bf16 and fp32.  Every
     rank computes its shard; rank 0 gathers them and compares with its own one-device run.
     """
     import torch
@@ -75,7 +75,7 @@ def exactness(group, device: str) -> list[dict[str, Any]]:
             gen = torch.Generator(device=device).manual_seed(11)
             q, k, v, g = (torch.randn(1, n, 12, 64, generator=gen, device=device).to(dtype) for _ in range(4))
             mine = [t[:, lo : lo + lengths[group.rank]].clone().requires_grad_() for t in (q, k, v)]
-            ring = RingDilatedAttention(**cfg, sequence_parallel=True, single_shot_bytes=0)
+            ring = RingDilatedAttention(**cfg, sequence_parallel=True, ring_lanes=4)
             out = ring(*mine, is_causal=causal)
             out.backward(g[:, lo : lo + lengths[group.rank]])
             got = {}
