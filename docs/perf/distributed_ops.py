@@ -10,6 +10,7 @@ own small float32 shape (``--lanes cpu``), or a number (``ring_lanes``).
 
     python docs/perf/distributed_ops.py --ranks 4 --tokens 131072            # the GPU's choice
     python docs/perf/distributed_ops.py --ranks 4 --tokens 131072 --lanes 8  # forced lanes
+    python docs/perf/distributed_ops.py --ranks 4 --tokens 131072 --backward # forward + backward
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def choose_lanes(choice: str, n: int, world: int) -> int | None:
     return int(choice)
 
 
-def _worker(rank: int, world: int, n: int, lanes: int | None, port: int) -> None:
+def _worker(rank: int, world: int, n: int, lanes: int | None, port: int, backward: bool) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
@@ -59,13 +60,24 @@ def _worker(rank: int, world: int, n: int, lanes: int | None, port: int) -> None
     module = _module(n, lanes)
     gen = torch.Generator().manual_seed(rank)
     la = split_lengths(n, world)[rank]
-    q, k, v = (torch.randn(1, la, GPU_SHAPE[0], CPU_HEAD_DIM, generator=gen) for _ in range(3))
-    with torch.no_grad():
-        module(q, k, v)
-        counts = dispatch_counts(lambda: module(q, k, v))
+    q, k, v, grad = (torch.randn(1, la, GPU_SHAPE[0], CPU_HEAD_DIM, generator=gen) for _ in range(4))
+    if backward:
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+
+        def call() -> None:
+            module(q, k, v).backward(grad)
+    else:
+
+        def call() -> None:
+            with torch.no_grad():
+                module(q, k, v)
+
+    call()
+    counts = dispatch_counts(call)
     if rank == 0:
         used = lanes or module.lanes_for(split_lengths(n, world), 1, GPU_SHAPE[0], CPU_HEAD_DIM, 4)
-        print(f"{world} ranks, {n} tokens, {used} lane(s): {counts.ops} aten ops per forward on rank 0")
+        what = "forward+backward" if backward else "forward"
+        print(f"{world} ranks, {n} tokens, {used} lane(s): {counts.ops} aten ops per {what} on rank 0")
         for name, count in sorted(counts.op_counts.items(), key=lambda x: -x[1]):
             print(f"  {count:5d} {name}")
     dist.destroy_process_group()
@@ -77,11 +89,12 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=131072)
     ap.add_argument("--lanes", default="gpu", help="gpu (the default), cpu, or a number: ring_lanes")
     ap.add_argument("--port", type=int, default=29533)
+    ap.add_argument("--backward", action="store_true", help="count a forward and its backward")
     args = ap.parse_args()
     if args.lanes not in ("gpu", "cpu") and not (args.lanes.isdigit() and int(args.lanes) > 0):
         ap.error(f"--lanes must be gpu, cpu or a positive number, got {args.lanes!r}")
     lanes = choose_lanes(args.lanes, args.tokens, args.ranks)
-    mp.spawn(_worker, args=(args.ranks, args.tokens, lanes, args.port), nprocs=args.ranks)
+    mp.spawn(_worker, args=(args.ranks, args.tokens, lanes, args.port, args.backward), nprocs=args.ranks)
 
 
 if __name__ == "__main__":
