@@ -7,7 +7,7 @@ with the error of the same computation on one device in the same dtype: the dist
 add roundings (the running output is rounded to bfloat16 once per merged part, and lanes add
 parts), not lose accuracy without bound.  Measured on the CPU (docs/perf/distributed.md, "The
 error against the number of ranks"): the output's error over one device's is at most x1.31 at
-4 ranks with the module's own lanes and x1.52 with 8 forced lanes, the gradients' x1.04; the
+4 ranks with the module's own lanes and x1.52 with 8 forced lanes, the gradients' x1.05; the
 bounds below leave a margin over those numbers.  Inputs are seeded and every kernel runs on one
 thread, so the errors are the same at every run.
 """

@@ -143,19 +143,23 @@ def test_the_distributed_profile_needs_one_lane_on_gpus(n: int) -> None:
 
 
 def test_lanes_are_the_fewest_that_keep_what_a_rank_holds_in_bound() -> None:
-    from attention._distributed import TRANSIENT_SHARE, lanes_for, transient_bytes
+    from attention._distributed import MAX_LANES, TRANSIENT_SHARE, lanes_for, transient_bytes
 
-    # segments of 8-32 crossing the boundary of shards of 46 and 45: every branch sends rows
-    shape = {"batch": 2, "heads": 5, "head_dim": 8, "element_size": 4}
-    pattern = {"segment_lengths": [8, 16, 32], "dilation_rates": [1, 2, 4], "mode": "longnet"}
-    lengths = [46, 45]
-    budget = TRANSIENT_SHARE * 2 * 46 * 5 * 8 * 4
+    # 4 shards of 512: the segments of 1024 (rate 4) and 2048 (rate 8) cross shard boundaries
+    shape = {"batch": 1, "heads": 4, "head_dim": 32, "element_size": 2}
+    pattern = {"segment_lengths": [256, 512, 1024, 2048], "dilation_rates": [1, 2, 4, 8], "mode": "longnet"}
+    lengths = [512] * 4
+    budget = TRANSIENT_SHARE * 512 * 4 * 32 * 2
     lanes = lanes_for(lengths, **shape, **pattern)
-    assert lanes > 1
+    assert lanes == 4
     assert transient_bytes(lengths, lanes, **shape, **pattern) <= budget
     assert transient_bytes(lengths, lanes // 2, **shape, **pattern) > budget
+    # segments of 8-32 across shards of 46 and 45: every branch sends rows; 8 lanes at most
+    small = {"batch": 2, "heads": 5, "head_dim": 8, "element_size": 4}
+    pattern = {"segment_lengths": [8, 16, 32], "dilation_rates": [1, 2, 4], "mode": "longnet"}
+    assert lanes_for([46, 45], **small, **pattern) == MAX_LANES == 8
     # never more lanes than the shortest shard has positions, and ring_lanes chooses
-    assert lanes_for([5, 3], **shape, **pattern) == 3
+    assert lanes_for([5, 3], **small, **pattern) == 3
     assert schedule_for([5, 3], 1, [8], False, 8).lanes == 3
     assert schedule_for([64, 64], 0, [128], False, 2).lanes == 2
     assert schedule_for([32, 32, 32, 32], 0, [16], False, 1).steps == 1

@@ -30,7 +30,7 @@ CASES = [
     },
     # lanes (attention/_distributed.py): ring_lanes=8 cuts each shard in 8 sub-chunks of 5-6
     # positions, so every lane's ring carries pieces of several branches across the shards;
-    # single_shot_bytes=0 lets the memory bound choose (16 lanes longnet, 2 head_groups, here)
+    # single_shot_bytes=0 lets the memory bound choose (8 lanes longnet, 2 head_groups, here)
     {
         "id": "lanes-full",
         "cls": RingDilatedAttention,
