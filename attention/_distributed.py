@@ -432,15 +432,23 @@ def _merge_rows(parts: list[Part], out: torch.Tensor, lse: torch.Tensor, lo: int
     rows_lse.copy_(tmp_lse)
 
 
-def _attend(plan: SegmentPlan, pieces, qc: torch.Tensor, kc, vc, out, lse, q0: int, q1: int) -> list:
-    """Every piece's kernel, each merged into the output before the next runs (one piece alive)."""
-    auxes, start = [], 0
+def _one_by_one(plan: SegmentPlan, pieces, qc: torch.Tensor, kc):
+    """Each piece with its own keys (``kc``, or its calls' share of :class:`PackedKeys`) and the
+    slice of the visit's calls it makes (to find its kernels' by-products)."""
+    start = 0
     b, lq, h = qc.shape[0], qc.shape[1], qc.shape[2]
     for piece in pieces:
-        keys = kc
-        if isinstance(kc, PackedKeys):
-            n = len(piece_calls(plan, [piece], b, lq, kc.length, h))
-            keys, start = PackedKeys(kc.length, kc.views[start : start + n]), start + n
+        length = kc.length if isinstance(kc, PackedKeys) else kc.shape[1]
+        n = len(piece_calls(plan, [piece], b, lq, length, h))
+        keys = PackedKeys(kc.length, kc.views[start : start + n]) if isinstance(kc, PackedKeys) else kc
+        yield piece, keys, slice(start, start + n)
+        start += n
+
+
+def _attend(plan: SegmentPlan, pieces, qc: torch.Tensor, kc, vc, out, lse, q0: int, q1: int) -> list:
+    """Every piece's kernel, each merged into the output before the next runs (one piece alive)."""
+    auxes = []
+    for piece, keys, _ in _one_by_one(plan, pieces, qc, kc):
         parts, aux = run_pieces_forward(plan, [piece], qc, keys, vc)
         _merge_rows(parts, out, lse, q0, q1)
         auxes.extend(aux)
@@ -497,16 +505,19 @@ class DistributedRingFunction(torch.autograd.Function):
             dk_all, dv_all = [], []
             for qi, kc, pieces, q0, q1 in _visits(plan, sched, lane, step):
                 rows = [chunk(x, q0, q1) for x in (q, out, lse, dout)]
-                dq_p, dk_p, dv_p = run_pieces_backward(
-                    plan, pieces, rows[0], kk, vv, rows[1], rows[2], rows[3], ctx.auxes[(qi, kc)]
-                )
-                sum_into_rows(dq_p, dq, q0, q1)
-                if step == 0:
-                    sum_into_rows(dk_p, dk, k0, k1)
-                    sum_into_rows(dv_p, dv, k0, k1)
-                else:
-                    dk_all.extend(dk_p)
-                    dv_all.extend(dv_p)
+                auxes = ctx.auxes[(qi, kc)]
+                for piece, keys, calls in _one_by_one(plan, pieces, rows[0], kk):  # one piece's grads alive
+                    dq_p, dk_p, dv_p = run_pieces_backward(
+                        plan, [piece], rows[0], keys, vv, rows[1], rows[2], rows[3], auxes[calls]
+                    )
+                    sum_into_rows(dq_p, dq, q0, q1)
+                    if step == 0:
+                        sum_into_rows(dk_p, dk, k0, k1)
+                        sum_into_rows(dv_p, dv, k0, k1)
+                    else:  # sent home in one message after the step
+                        dk_all.extend(dk_p)
+                        dv_all.extend(dv_p)
+                    del dq_p, dk_p, dv_p
             if step > 0:
                 sent = ring.send_grads(j, dk_all, dv_all, q)
                 if home is not None:

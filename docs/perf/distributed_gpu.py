@@ -412,7 +412,7 @@ def main() -> int:
                 for k in r
                 if k.startswith(("rel_err", "bf16_", "dist_"))
             )
-            print(f"  N={r['ranks']} {r['dtype']} causal={r['causal']}: {errs}")
+            print(f"  N={r['ranks']} {r['dtype']} causal={r['causal']} lanes={r.get('lanes')}: {errs}")
     print(text)
     return 0
 
