@@ -1,33 +1,39 @@
 """The ring across ranks: each rank holds one contiguous chunk (shard) of q, k and v.
 
-Rank ``a`` computes the output rows of its own shard.  At step ``s`` it holds key/value data of
-rank ``a − s`` (mod world size); while it attends to it, that data is already travelling on to
-rank ``a + 1`` and the next arriving from rank ``a − 1`` (``dist.batch_isend_irecv``; gloo on
-CPU, NCCL on GPU).  Every rank runs the same number of steps: the largest shard distance at which
-any segment of any branch still connects two shards (dilated attention is local to segments, so
-when the largest segment fits in a shard no key/value ever has to move).  Causal pairs whose key
-shard lies entirely after the query shard are skipped (the data is still forwarded).
+Rank ``a`` computes the output rows of its own shard.  At step ``s`` it attends to key/value rows
+of rank ``a − s`` (mod world size), which rank ``a − s`` sent it directly; every rank runs the same
+number of steps: the largest shard distance at which any segment of any branch still connects two
+shards (dilated attention is local to segments, so when the largest segment fits in a shard no
+key/value ever has to move).  Causal pairs whose key shard lies entirely after the query shard
+are skipped (nothing is sent for them).
 
-**Lanes: memory that shrinks as 1/N.**  A rank's own q, k, v and output are 1/N of the sequence;
-everything else must be too, and small.  So once a shard's one-piece intermediates exceed the
-module's ``single_shot_bytes``, each shard's keys/values are cut into ``lanes`` sub-chunks and the
-ring runs once per lane: what travels, and what is alive on a rank besides its inputs and output,
-is the key/value sub-chunks in flight and the pieces of the whole query shard against one of
-them, merged into the output at once by log-sum-exp (:func:`attention._merge.merge_online`: the
-output and a float32 LSE are the running state), so no piece outlives its step.  The lane count
-keeps the sub-chunks in flight at half the output's size (:func:`lanes_for`): 4 lanes when a lane
-has at most 2 steps (one sub-chunk arriving at a time), 8 beyond (one attended while the next
-arrives).  Every lane costs a trip around the ring, and the eager forward is host-bound (~1 ms of
-host time per lane and step on an H200 host), so fewer lanes are faster: measured on 2 H200s at
-128K tokens, 1 / 4 / 8 lanes took 2.8 / 8.8 / 15.1 ms with a per-GPU peak of 1.15 / 0.52 / 0.39x
-the one-GPU ring's whole-sequence peak (docs/perf/distributed.md); ``ring_lanes`` chooses.  The
-query side is the whole shard (one set of kernel calls per sub-chunk), except on the causal
-diagonal, where the shard's own sub-chunks meet each other as square causal / unmasked pieces.
+**Only the rows that are read travel.**  Across shards, a dilated branch reads one position in
+``r`` of the key shard (and only the branches whose segments cross a shard boundary do), so rank
+``a − s`` packs exactly the key/value rows of the pieces rank ``a`` computes against it, one
+contiguous buffer per step (k and v of every kernel call, each in the call's own
+``(B, H', lk, d)`` layout: :class:`attention._engine.PackedKeys`), and sends it in one message; the
+receiver runs the kernels on the packed views.  With the ``distributed`` profile's segments
+(the largest one the whole sequence, rate 64 at 128K tokens) that is 1/64-1/512 of the shard
+instead of the whole shard, so the buffers in flight are small and one trip around the ring (one
+"lane") is enough: per step one pack, one send/receive and one piece (docs/perf/distributed.md).
 
-Backward: the same lanes and ring run again; each key/value sub-chunk travels with its float32
-gradient accumulators (dk, dv), every rank adds its contribution, and after a lane's last step one
-exchange sends each accumulated dk/dv back to the rank that owns the sub-chunk.  Gradients are
-exact (each piece's kernel backward runs with the merged output and LSE, as on one device).
+**Overlap.**  The next step's send/receive is issued before this step's attention and waited
+after it (the first one overlaps the rank's attention to its own shard), forward and backward.
+
+**Lanes: only where memory needs them.**  A rank's own q, k, v and output are 1/N of the
+sequence; everything else must be too, and small.  :func:`transient_bytes` bounds what a rank
+holds besides them during a forward (the largest piece being merged, and three packed buffers:
+the one attended, the next arriving, the next leaving); :func:`lanes_for` cuts each shard's
+keys/values into the fewest ``lanes`` sub-chunks (a power of two) that keep it within
+:data:`TRANSIENT_SHARE` of the shard's output, and the ring runs once per lane.  Pieces are merged
+into the output one at a time (:func:`attention._merge.merge_online`: the output and a float32
+LSE are the running state), so no piece outlives its merge.  On the causal diagonal the
+shard's own sub-chunks meet each other as square causal / unmasked pieces.
+
+Backward: the same lanes and steps again; the receiving rank gets the packed key/value rows once
+more, runs each piece's kernel backward with the merged output and LSE (exact, as on one device),
+and sends the pieces' dk/dv (float32, packed the same way) straight back to the owner, which
+sums them into its float32 dk/dv (:func:`attention._merge.sum_parts`, the rows' own geometry).
 Dropout in training is not supported across ranks (``NotImplementedError``).
 
 Shards may have different lengths (the sequence need not divide by the world size): lengths are
@@ -36,17 +42,35 @@ all-gathered once per forward, which is the only host synchronisation of the dis
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from attention._engine import SegmentPlan, chunk, run_pieces_backward, run_pieces_forward, sum_into_rows
+from attention._engine import (
+    PackedKeys,
+    SegmentPlan,
+    chunk,
+    key_part,
+    key_view,
+    piece_calls,
+    run_pieces_backward,
+    run_pieces_forward,
+    sum_into_rows,
+)
 from attention._lse import compute_dtype
-from attention._merge import merge_online, sum_parts
+from attention._merge import merge_online
 from attention._part import Part
-from attention._plan import chunk_bounds, chunks_connected, split_lengths
+from attention._plan import Call, Piece, chunk_bounds, chunks_connected, split_lengths
+from attention.pattern import branch_heads
+
+#: What a rank may hold besides its inputs, output and LSE during a forward, as a share of its
+#: output shard: the ``distributed`` profile's one-lane forward needs 1.19 of it (the rate-1
+#: branch's piece over the whole shard, 1.09, plus the packed buffers), which keeps a rank's peak
+#: at ~2.2 output shards, under the issue-33 bound of 1.25/N of one GPU's peak (~2.4 shards).
+TRANSIENT_SHARE = 1.25
 
 
 def gather_shapes(q: torch.Tensor, group) -> list[tuple[int, int, int, int]]:
@@ -106,8 +130,12 @@ class RingSchedule:
         return self.world * self.lanes + shard
 
     def holder(self, step: int) -> int:
-        """The shard whose key/value sub-chunks this rank holds at ``step``."""
+        """The rank whose key/value rows this rank attends to at ``step`` (and sends them)."""
         return (self.rank - step) % self.world
+
+    def target(self, step: int) -> int:
+        """The rank that attends to this rank's key/value rows at ``step`` (this rank sends to it)."""
+        return (self.rank + step) % self.world
 
     def visits(self, lane: int, step: int) -> list[tuple[int, int]]:
         """(query chunk, key chunk) pairs this rank computes at (lane, step)."""
@@ -116,39 +144,262 @@ class RingSchedule:
             return [(self.sub(self.rank, i), key) for i in range(lane, self.lanes)]
         return [(self.shard(self.rank), key)]
 
+    def work(self) -> list[tuple[int, int]]:
+        """Every (lane, step) in the order every rank runs them."""
+        return [(lane, step) for lane in range(self.lanes) for step in range(self.steps)]
+
     def pairs(self) -> tuple[tuple[int, int], ...]:
-        every = (self.visits(lane, step) for lane in range(self.lanes) for step in range(self.steps))
-        return tuple(p for visits in every for p in visits)
+        return tuple(p for lane, step in self.work() for p in self.visits(lane, step))
 
 
-def lanes_for(steps: int) -> int:
-    """Lanes that keep the key/value sub-chunks in flight at half of the shard's output: with at
-    most 2 steps one pair (k, v) arrives while the local one is read in place (2/L shards), beyond
-    that one pair is attended while the next arrives (4/L shards)."""
-    return 4 if steps <= 2 else 8
+def transient_bytes(
+    lengths: Sequence[int],
+    lanes: int,
+    *,
+    batch: int,
+    heads: int,
+    head_dim: int,
+    element_size: int,
+    segment_lengths: Sequence[int],
+    dilation_rates: Sequence[int],
+    mode: str,
+) -> int:
+    """An upper bound of what a rank holds during a forward with ``lanes`` besides its q, k, v,
+    output and LSE, on any rank: the largest piece being merged (its values, its float32 LSE and
+    the merge's two float32 row temporaries) plus three of the largest packed key/value buffer
+    (the one attended, the next arriving, the next leaving).
+
+    Per branch (segment ``w``, rate ``r``, ``hb`` heads), a piece against key sub-chunk ``c`` covers
+    one in ``r`` of the query rows that the segments meeting ``c`` hold, and what shard ``a``
+    receives of ``c`` is one in ``r`` of the rows of ``c`` that the segments meeting shard ``a``
+    hold: interval arithmetic on the positions, causality ignored (a bound)."""
+    shards = chunk_bounds(lengths)
+    world = len(lengths)
+    subs = [[(lo + s, lo + e) for s, e in chunk_bounds(split_lengths(hi - lo, lanes))] for lo, hi in shards]
+    branches = [
+        (bh.segment_length, bh.dilation_rate, len(bh.heads))
+        for bh in branch_heads(heads, segment_lengths, dilation_rates, mode)
+    ]
+
+    def reach(lo: int, hi: int, w: int) -> tuple[int, int]:
+        """The positions of the segments of length ``w`` that meet [lo, hi)."""
+        return (lo // w) * w, ((hi - 1) // w + 1) * w
+
+    def kept(x: tuple[int, int], y: tuple[int, int], r: int) -> int:
+        return -(-max(0, min(x[1], y[1]) - max(x[0], y[0])) // r)
+
+    piece = packed = 0
+    for a, rows in enumerate(shards):
+        for step in range(world):
+            for c in subs[(a - step) % world]:
+                sent = 0
+                for w, r, hb in branches:
+                    crossing = kept(c, reach(*rows, w), r)
+                    if step == 0 or crossing:
+                        piece = max(piece, hb * kept(rows, reach(*c, w), r))
+                    sent += hb * crossing if step else 0
+                packed = max(packed, sent)
+    row = head_dim * element_size
+    return batch * (piece * (row + 12) + 3 * packed * 2 * row)
+
+
+#: At most this many lanes (the most the ring used before issue 33): each is another trip around
+#: the ring, and every lane adds a bfloat16 rounding of the running output per step (the error
+#: grew x4.6 at 8 ranks with 64 lanes, docs/perf/distributed.md); past it the bound may not hold.
+MAX_LANES = 8
+
+
+def lanes_for(
+    lengths: Sequence[int],
+    *,
+    batch: int,
+    heads: int,
+    head_dim: int,
+    element_size: int,
+    segment_lengths: Sequence[int],
+    dilation_rates: Sequence[int],
+    mode: str,
+) -> int:
+    """The fewest lanes (1, 2, 4, …, at most the shortest shard and :data:`MAX_LANES`) whose
+    :func:`transient_bytes` stay within :data:`TRANSIENT_SHARE` of the longest shard's output:
+    every lane is another trip around the ring (host work per step), so no more than memory
+    needs.  Cached: the same shapes ask again at every call."""
+    shape = (batch, heads, head_dim, element_size)
+    return _lanes_for(tuple(lengths), *shape, tuple(segment_lengths), tuple(dilation_rates), mode)
+
+
+@functools.lru_cache(maxsize=256)
+def _lanes_for(lengths, batch, heads, head_dim, element_size, segment_lengths, dilation_rates, mode) -> int:
+    budget = TRANSIENT_SHARE * batch * max(lengths) * heads * head_dim * element_size
+    shape = {"batch": batch, "heads": heads, "head_dim": head_dim, "element_size": element_size}
+    pattern = {"segment_lengths": segment_lengths, "dilation_rates": dilation_rates, "mode": mode}
+    most = min(*lengths, MAX_LANES)
+    lanes = 1
+    while lanes < most:
+        if transient_bytes(lengths, lanes, **shape, **pattern) <= budget:
+            return lanes
+        lanes *= 2
+    return most
 
 
 def schedule_for(
-    lengths: Sequence[int], rank: int, segment_lengths: Sequence[int], is_causal: bool, lanes: int | None
+    lengths: Sequence[int], rank: int, segment_lengths: Sequence[int], is_causal: bool, lanes: int
 ) -> RingSchedule:
-    """The schedule of one call: steps from the shard geometry; ``lanes`` (None: :func:`lanes_for`)
-    bounded by the shortest shard."""
+    """The schedule of one call: steps from the shard geometry, ``lanes`` bounded by the shortest
+    shard."""
     steps = ring_steps(chunk_bounds(lengths), segment_lengths, is_causal)
-    lanes = lanes_for(steps) if lanes is None else lanes
     return RingSchedule(len(lengths), rank, steps, max(1, min(lanes, *lengths)), bool(is_causal))
 
 
+# --------------------------------------------------------------------------------------------
+# packing and exchanging the rows that travel
+# --------------------------------------------------------------------------------------------
 def _peer(group, rank_in_group: int) -> int:
     return dist.get_global_rank(group, rank_in_group) if group is not None else rank_in_group
 
 
-def _exchange(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], to: int, frm: int, group) -> list:
-    """Send each ``send`` to rank ``to`` and receive each ``recv`` from rank ``frm``, in one batch."""
-    ops = []
-    for send, recv in pairs:
-        ops.append(dist.P2POp(dist.isend, send, _peer(group, to), group))
-        ops.append(dist.P2POp(dist.irecv, recv, _peer(group, frm), group))
-    return dist.batch_isend_irecv(ops)
+def _numel(piece: Piece, call: Call, d: int) -> int:
+    return call.sizes[0] * call.sizes[1] * piece.lk * d
+
+
+def _views(buf: torch.Tensor, calls: Sequence[tuple[Piece, Call]], d: int) -> list[tuple[torch.Tensor, ...]]:
+    """Each call's two ``(B, H', lk, d)`` blocks of a packed buffer (k then v, or dk then dv)."""
+    out, offset = [], 0
+    for piece, call in calls:
+        shape = (*call.sizes, piece.lk, d)
+        n = _numel(piece, call, d)
+        stride = (call.sizes[1] * piece.lk * d, piece.lk * d, d, 1)
+        out.append((buf.as_strided(shape, stride, offset), buf.as_strided(shape, stride, offset + n)))
+        offset += 2 * n
+    return out
+
+
+def _empty(calls: Sequence[tuple[Piece, Call]], d: int, like: torch.Tensor, dtype: torch.dtype):
+    return torch.empty(2 * sum(_numel(p, c, d) for p, c in calls), dtype=dtype, device=like.device)
+
+
+@dataclass
+class _Step:
+    """One remote (lane, step) of this rank: the calls it sends rows for (to :meth:`RingSchedule.
+    target`) and the calls it computes on rows it receives (from :meth:`RingSchedule.holder`)."""
+
+    lane: int
+    step: int
+    send_calls: list[tuple[Piece, Call]]
+    recv_calls: list[tuple[Piece, Call]]
+    send_rows: tuple[int, int]  # this rank's sub-chunk the sent rows come from, relative to the shard
+    recv_len: int  # length of the holder's sub-chunk
+
+
+class _Ring:
+    """The remote steps of one call and their exchanges (``dist.batch_isend_irecv``: gloo on the
+    CPU, NCCL on GPUs), issued ahead of the compute and waited after it."""
+
+    def __init__(self, plan: SegmentPlan, sched: RingSchedule, group, q: torch.Tensor) -> None:
+        self.plan, self.sched, self.group = plan, sched, group
+        b, la, h, self.d = q.shape
+        a = sched.rank
+        base = plan.bounds[sched.shard(a)][0]
+
+        def length(chunk_index: int) -> int:
+            lo, hi = plan.bounds[chunk_index]
+            return hi - lo
+
+        self.steps: list[_Step] = []
+        for lane, step in sched.work():
+            if step == 0:
+                continue
+            to, frm = sched.target(step), sched.holder(step)
+            mine, theirs = sched.sub(a, lane), sched.sub(frm, lane)
+            send = plan.pieces(sched.shard(to), mine)
+            recv = plan.pieces(sched.shard(a), theirs)
+            lo, hi = plan.bounds[mine]
+            self.steps.append(
+                _Step(
+                    lane,
+                    step,
+                    piece_calls(plan, send, b, length(sched.shard(to)), hi - lo, h),
+                    piece_calls(plan, recv, b, la, length(theirs), h),
+                    (lo - base, hi - base),
+                    length(theirs),
+                )
+            )
+
+    def _exchange(self, send: torch.Tensor | None, to: int, recv: torch.Tensor | None, frm: int) -> list:
+        ops = []
+        if send is not None:
+            ops.append(dist.P2POp(dist.isend, send, _peer(self.group, to), self.group))
+        if recv is not None:
+            ops.append(dist.P2POp(dist.irecv, recv, _peer(self.group, frm), self.group))
+        return dist.batch_isend_irecv(ops) if ops else []
+
+    def send_keys(self, j: int, k: torch.Tensor, v: torch.Tensor) -> _Pending:
+        """Start step ``j``'s key/value exchange: pack this rank's rows for the target, receive
+        the holder's."""
+        st, sched = self.steps[j], self.sched
+        send = recv = None
+        if st.send_calls:
+            lo, hi = st.send_rows
+            kc, vc = chunk(k, lo, hi), chunk(v, lo, hi)
+            send = _empty(st.send_calls, self.d, k, k.dtype)
+            for (piece, call), (kb, vb) in zip(
+                st.send_calls, _views(send, st.send_calls, self.d), strict=True
+            ):
+                kb.copy_(key_view(kc, piece, call))
+                vb.copy_(key_view(vc, piece, call))
+        if st.recv_calls:
+            recv = _empty(st.recv_calls, self.d, k, k.dtype)
+        reqs = self._exchange(send, sched.target(st.step), recv, sched.holder(st.step))
+        return _Pending(reqs, send, recv)
+
+    def keys(self, j: int, recv: torch.Tensor | None) -> PackedKeys | None:
+        st = self.steps[j]
+        return PackedKeys(st.recv_len, _views(recv, st.recv_calls, self.d)) if recv is not None else None
+
+    def send_grads(self, j: int, dk_parts: Sequence[Part], dv_parts: Sequence[Part], like: torch.Tensor):
+        """Start step ``j``'s gradient exchange: the pieces' dk/dv back to the holder, this rank's
+        from the target."""
+        st, sched = self.steps[j], self.sched
+        cd = compute_dtype(like.dtype)
+        send = recv = None
+        if st.recv_calls:
+            send = _empty(st.recv_calls, self.d, like, cd)
+            for (kb, vb), pk, pv in zip(_views(send, st.recv_calls, self.d), dk_parts, dv_parts, strict=True):
+                kb.copy_(pk.values)
+                vb.copy_(pv.values)
+        if st.send_calls:
+            recv = _empty(st.send_calls, self.d, like, cd)
+        reqs = self._exchange(send, sched.holder(st.step), recv, sched.target(st.step))
+        return _Pending(reqs, send, recv)
+
+    def add_grads(self, j: int, recv: torch.Tensor | None, dk: torch.Tensor, dv: torch.Tensor) -> None:
+        """Sum the dk/dv received for step ``j`` into this rank's rows of ``dk``, ``dv``."""
+        if recv is None:
+            return
+        st = self.steps[j]
+        views = _views(recv, st.send_calls, self.d)
+        lo, hi = st.send_rows
+        for i, dest in enumerate((dk, dv)):
+            parts = [
+                key_part(blocks[i], call, piece)
+                for (piece, call), blocks in zip(st.send_calls, views, strict=True)
+            ]
+            sum_into_rows(parts, dest, lo, hi)
+
+
+@dataclass
+class _Pending:
+    """An exchange in flight: its requests, and the buffers that must live until it completes."""
+
+    reqs: list
+    send: torch.Tensor | None
+    recv: torch.Tensor | None
+
+    def wait(self) -> torch.Tensor | None:
+        for r in self.reqs:
+            r.wait()
+        self.send = None
+        return self.recv
 
 
 def _visits(plan: SegmentPlan, sched: RingSchedule, lane: int, step: int):
@@ -162,18 +413,11 @@ def _visits(plan: SegmentPlan, sched: RingSchedule, lane: int, step: int):
             yield qi, kc, pieces, lo - base, hi - base
 
 
-def _kv(plan: SegmentPlan, sub: int, k: torch.Tensor, v: torch.Tensor, base: int) -> list[torch.Tensor]:
-    """This rank's key/value sub-chunk ``sub`` (what travels): views when batch is 1, no copy."""
-    lo, hi = plan.bounds[sub]
-    return [chunk(k, lo - base, hi - base), chunk(v, lo - base, hi - base)]
-
-
-def _empty(plan: SegmentPlan, sub: int, like: torch.Tensor, count: int, dtype=None) -> list[torch.Tensor]:
-    """``count`` receive buffers shaped like sub-chunk ``sub`` of ``like`` (b, ·, h, d)."""
-    lo, hi = plan.bounds[sub]
-    b, _, h, d = like.shape
-    dtype = dtype or like.dtype
-    return [torch.empty(b, hi - lo, h, d, dtype=dtype, device=like.device) for _ in range(count)]
+def _own(plan: SegmentPlan, sched: RingSchedule, lane: int, k: torch.Tensor, v: torch.Tensor):
+    """This rank's key/value sub-chunk ``lane`` and its rows relative to the shard."""
+    base = plan.bounds[sched.shard(sched.rank)][0]
+    lo, hi = plan.bounds[sched.sub(sched.rank, lane)]
+    return chunk(k, lo - base, hi - base), chunk(v, lo - base, hi - base), lo - base, hi - base
 
 
 def _merge_rows(parts: list[Part], out: torch.Tensor, lse: torch.Tensor, lo: int, hi: int) -> None:
@@ -188,35 +432,54 @@ def _merge_rows(parts: list[Part], out: torch.Tensor, lse: torch.Tensor, lo: int
     rows_lse.copy_(tmp_lse)
 
 
+def _one_by_one(plan: SegmentPlan, pieces, qc: torch.Tensor, kc):
+    """Each piece with its own keys (``kc``, or its calls' share of :class:`PackedKeys`) and the
+    slice of the visit's calls it makes (to find its kernels' by-products)."""
+    start = 0
+    b, lq, h = qc.shape[0], qc.shape[1], qc.shape[2]
+    for piece in pieces:
+        length = kc.length if isinstance(kc, PackedKeys) else kc.shape[1]
+        n = len(piece_calls(plan, [piece], b, lq, length, h))
+        keys = PackedKeys(kc.length, kc.views[start : start + n]) if isinstance(kc, PackedKeys) else kc
+        yield piece, keys, slice(start, start + n)
+        start += n
+
+
+def _attend(plan: SegmentPlan, pieces, qc: torch.Tensor, kc, vc, out, lse, q0: int, q1: int) -> list:
+    """Every piece's kernel, each merged into the output before the next runs (one piece alive)."""
+    auxes = []
+    for piece, keys, _ in _one_by_one(plan, pieces, qc, kc):
+        parts, aux = run_pieces_forward(plan, [piece], qc, keys, vc)
+        _merge_rows(parts, out, lse, q0, q1)
+        auxes.extend(aux)
+        del parts
+    return auxes
+
+
 class DistributedRingFunction(torch.autograd.Function):
     """Sequence-parallel ring attention over the ranks of ``group`` (module docstring)."""
 
     @staticmethod
     def forward(ctx, q, k, v, plan: SegmentPlan, group, sched: RingSchedule):
-        world, a = sched.world, sched.rank
         b, la, h, _ = q.shape
         cd = compute_dtype(q.dtype)
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        base = plan.bounds[sched.shard(a)][0]
+        ring = _Ring(plan, sched, group, q)
+        ahead = ring.send_keys(0, k, v) if ring.steps else None
         out = torch.zeros_like(q)
         lse = torch.full((b, la, h), float("-inf"), dtype=cd, device=q.device)
         auxes: dict[tuple[int, int], list] = {}
-        for lane in range(sched.lanes):
-            kv = _kv(plan, sched.sub(a, lane), k, v, base)
-            for s in range(sched.steps):
-                reqs, nxt = [], None
-                if s < sched.steps - 1:
-                    nxt = _empty(plan, sched.sub(sched.holder(s + 1), lane), k, 2)
-                    reqs = _exchange(list(zip(kv, nxt, strict=True)), (a + 1) % world, (a - 1) % world, group)
-                kk, vv = kv
-                for qi, kc, pieces, q0, q1 in _visits(plan, sched, lane, s):
-                    parts, auxes[(qi, kc)] = run_pieces_forward(plan, pieces, chunk(q, q0, q1), kk, vv)
-                    _merge_rows(parts, out, lse, q0, q1)
-                    del parts
-                for r in reqs:
-                    r.wait()
-                if nxt is not None:
-                    kv = nxt
+        j = 0
+        for lane, step in sched.work():
+            if step == 0:
+                kk, vv, _, _ = _own(plan, sched, lane, k, v)
+            else:
+                kk, vv = ring.keys(j, ahead.wait()), None
+                ahead = ring.send_keys(j + 1, k, v) if j + 1 < len(ring.steps) else None
+                j += 1
+            for qi, kc, pieces, q0, q1 in _visits(plan, sched, lane, step):
+                auxes[(qi, kc)] = _attend(plan, pieces, chunk(q, q0, q1), kk, vv, out, lse, q0, q1)
+            del kk, vv
         ctx.plan, ctx.group, ctx.sched, ctx.auxes = plan, group, sched, auxes
         ctx.save_for_backward(q, k, v, out, lse)
         return out
@@ -226,42 +489,42 @@ class DistributedRingFunction(torch.autograd.Function):
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
         plan, group, sched = ctx.plan, ctx.group, ctx.sched
-        world, a = sched.world, sched.rank
-        b, la, h, d = q.shape
         cd = compute_dtype(q.dtype)
-        base = plan.bounds[sched.shard(a)][0]
         dout = dout.contiguous()
-        dq = torch.zeros(b, la, h, d, dtype=cd, device=q.device)
-        dk, dv = torch.empty_like(k), torch.empty_like(v)
-        for lane in range(sched.lanes):
-            kv = _kv(plan, sched.sub(a, lane), k, v, base)
-            dkv = [torch.zeros(x.shape, dtype=cd, device=q.device) for x in kv]
-            for s in range(sched.steps):
-                kk, vv = kv
-                dkk, dvv = dkv
-                for qi, kc, pieces, q0, q1 in _visits(plan, sched, lane, s):
-                    rows = [chunk(x, q0, q1) for x in (q, out, lse, dout)]
+        dq, dk, dv = (torch.zeros(x.shape, dtype=cd, device=q.device) for x in (q, k, v))
+        ring = _Ring(plan, sched, group, q)
+        ahead = ring.send_keys(0, k, v) if ring.steps else None
+        home: tuple[int, _Pending] | None = None  # the last step's gradients on their way back
+        j = 0
+        for lane, step in sched.work():
+            if step == 0:
+                kk, vv, k0, k1 = _own(plan, sched, lane, k, v)
+            else:
+                kk, vv = ring.keys(j, ahead.wait()), None
+                ahead = ring.send_keys(j + 1, k, v) if j + 1 < len(ring.steps) else None
+            dk_all, dv_all = [], []
+            for qi, kc, pieces, q0, q1 in _visits(plan, sched, lane, step):
+                rows = [chunk(x, q0, q1) for x in (q, out, lse, dout)]
+                auxes = ctx.auxes[(qi, kc)]
+                for piece, keys, calls in _one_by_one(plan, pieces, rows[0], kk):  # one piece's grads alive
                     dq_p, dk_p, dv_p = run_pieces_backward(
-                        plan, pieces, rows[0], kk, vv, rows[1], rows[2], rows[3], ctx.auxes[(qi, kc)]
+                        plan, [piece], rows[0], keys, vv, rows[1], rows[2], rows[3], auxes[calls]
                     )
                     sum_into_rows(dq_p, dq, q0, q1)
-                    sum_parts(dk_p, dkk, accumulate=True)
-                    sum_parts(dv_p, dvv, accumulate=True)
-                if s < sched.steps - 1:
-                    nxt = sched.sub(sched.holder(s + 1), lane)
-                    nxt_kv, nxt_dkv = _empty(plan, nxt, k, 2), _empty(plan, nxt, k, 2, cd)
-                    pairs = list(zip(kv + dkv, nxt_kv + nxt_dkv, strict=True))
-                    for r in _exchange(pairs, (a + 1) % world, (a - 1) % world, group):
-                        r.wait()
-                    kv, dkv = nxt_kv, nxt_dkv
-            lo, hi = plan.bounds[sched.sub(a, lane)]
-            if sched.steps > 1:
-                # the accumulated dk/dv of sub-chunk `lane` of shard (a − steps + 1) is here: send it home
-                mine = _empty(plan, sched.sub(a, lane), k, 2, cd)
-                home, sender = (a - sched.steps + 1) % world, (a + sched.steps - 1) % world
-                for r in _exchange(list(zip(dkv, mine, strict=True)), home, sender, group):
-                    r.wait()
-                dkv = mine
-            dk[:, lo - base : hi - base] = dkv[0]
-            dv[:, lo - base : hi - base] = dkv[1]
-        return dq.to(q.dtype), dk, dv, None, None, None
+                    if step == 0:
+                        sum_into_rows(dk_p, dk, k0, k1)
+                        sum_into_rows(dv_p, dv, k0, k1)
+                    else:  # sent home in one message after the step
+                        dk_all.extend(dk_p)
+                        dv_all.extend(dv_p)
+                    del dq_p, dk_p, dv_p
+            if step > 0:
+                sent = ring.send_grads(j, dk_all, dv_all, q)
+                if home is not None:
+                    ring.add_grads(home[0], home[1].wait(), dk, dv)
+                home = (j, sent)
+                j += 1
+            del kk, vv
+        if home is not None:
+            ring.add_grads(home[0], home[1].wait(), dk, dv)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None

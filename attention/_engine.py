@@ -120,12 +120,8 @@ def _q_part(values, lse, call: Call, piece: Piece) -> Part:
     return Part(values, lse, call.q_offset, (*call.sizes, piece.lq), (*call.q_strides, piece.t_stride))
 
 
-def _k_part(values, call: Call, piece: Piece) -> Part:
+def key_part(values, call: Call, piece: Piece) -> Part:
     return Part(values, None, call.k_offset, (*call.sizes, piece.lk), (*call.k_strides, piece.t_stride))
-
-
-def _batch_rows(x: torch.Tensor) -> int:
-    return x.shape[1] * x.shape[2]
 
 
 def chunk(x: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
@@ -203,21 +199,52 @@ def spread(device: torch.device, calls: int) -> Iterator:
 # --------------------------------------------------------------------------------------------
 # pieces of one chunk pair
 # --------------------------------------------------------------------------------------------
-def run_pieces_forward(
-    plan: SegmentPlan, pieces: Sequence[Piece], qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor
-) -> tuple[list[Part], list]:
-    """Every piece's kernel on views of the contiguous chunks: the parts to merge, and each call's
-    by-products (sequence metadata, RNG state) for its backward."""
-    b = qc.shape[0]
-    parts, auxes = [], []
-    calls = [
-        (piece, call) for piece in pieces for call in plan.calls(piece, b, _batch_rows(qc), _batch_rows(kc))
+@dataclass(frozen=True)
+class PackedKeys:
+    """A key chunk given as the rows its calls read, not as a tensor: the chunk's length and each
+    call's ``(k, v)`` of shape ``(B, H', lk, d)``, in :func:`piece_calls` order (the distributed
+    ring sends a rank only the key/value rows its pieces read, packed; :mod:`attention._distributed`)."""
+
+    length: int
+    views: Sequence[tuple[torch.Tensor, torch.Tensor]]
+
+
+def piece_calls(
+    plan: SegmentPlan, pieces: Sequence[Piece], batch: int, q_len: int, k_len: int, heads: int
+) -> list[tuple[Piece, Call]]:
+    """The kernel calls of ``pieces`` for a ``(batch, q_len, heads, ·)`` query chunk and a
+    ``(batch, k_len, heads, ·)`` key chunk, in the order the runs below make them."""
+    return [(p, call) for p in pieces for call in plan.calls(p, batch, q_len * heads, k_len * heads)]
+
+
+def key_view(x: torch.Tensor, piece: Piece, call: Call) -> torch.Tensor:
+    """The ``(B, H', lk, d)`` view of the key (or value) chunk ``x`` that ``call`` of ``piece`` reads."""
+    return _view(x, call.k_offset, call.sizes, call.k_strides, piece.lk, piece.t_stride)
+
+
+def _calls_and_keys(plan: SegmentPlan, pieces: Sequence[Piece], qc: torch.Tensor, kc, vc) -> list:
+    """(piece, call, k view, v view) of every call; ``kc`` a chunk tensor or :class:`PackedKeys`."""
+    b, lq, h = qc.shape[0], qc.shape[1], qc.shape[2]
+    if isinstance(kc, PackedKeys):
+        calls = piece_calls(plan, pieces, b, lq, kc.length, h)
+        return [(p, call, *kv) for (p, call), kv in zip(calls, kc.views, strict=True)]
+    return [
+        (p, call, key_view(kc, p, call), key_view(vc, p, call))
+        for p, call in piece_calls(plan, pieces, b, lq, kc.shape[1], h)
     ]
+
+
+def run_pieces_forward(
+    plan: SegmentPlan, pieces: Sequence[Piece], qc: torch.Tensor, kc, vc: torch.Tensor | None
+) -> tuple[list[Part], list]:
+    """Every piece's kernel on views of the contiguous chunks (``kc`` may be :class:`PackedKeys`,
+    ``vc`` then None): the parts to merge, and each call's by-products (sequence metadata, RNG
+    state) for its backward."""
+    parts, auxes = [], []
+    calls = _calls_and_keys(plan, pieces, qc, kc, vc)
     with spread(qc.device, len(calls)) as on:
-        for i, (piece, call) in enumerate(calls):
+        for i, (piece, call, kv, vv) in enumerate(calls):
             qv = _view(qc, call.q_offset, call.sizes, call.q_strides, piece.lq, piece.t_stride)
-            kv = _view(kc, call.k_offset, call.sizes, call.k_strides, piece.lk, piece.t_stride)
-            vv = _view(vc, call.k_offset, call.sizes, call.k_strides, piece.lk, piece.t_stride)
             with on(i):
                 out, lse, aux = plan.kernels.forward(qv, kv, vv, piece.causal, plan.scale)
             parts.append(_q_part(out, lse, call, piece))
@@ -229,29 +256,27 @@ def run_pieces_backward(
     plan: SegmentPlan,
     pieces: Sequence[Piece],
     qc: torch.Tensor,
-    kc: torch.Tensor,
-    vc: torch.Tensor,
+    kc,
+    vc: torch.Tensor | None,
     oc: torch.Tensor,
     lc: torch.Tensor,
     doc: torch.Tensor,
     auxes: Sequence,
 ) -> tuple[list[Part], list[Part], list[Part]]:
-    """Every piece's kernel backward with the *merged* output and LSE: dq, dk, dv parts."""
-    b = qc.shape[0]
+    """Every piece's kernel backward with the *merged* output and LSE: dq, dk, dv parts (``kc``
+    as in :func:`run_pieces_forward`; the dk, dv parts' values are the calls' ``(B, H', lk, d)``
+    results, their geometry that of the key chunk)."""
     dq, dk, dv = [], [], []
-    calls = [
-        (piece, call) for piece in pieces for call in plan.calls(piece, b, _batch_rows(qc), _batch_rows(kc))
-    ]
+    calls = _calls_and_keys(plan, pieces, qc, kc, vc)
     with spread(qc.device, len(calls)) as on:
-        for i, ((piece, call), aux) in enumerate(zip(calls, auxes, strict=True)):
+        for i, ((piece, call, kv, vv), aux) in enumerate(zip(calls, auxes, strict=True)):
             geo_q = (call.q_offset, call.sizes, call.q_strides, piece.lq, piece.t_stride)
-            geo_k = (call.k_offset, call.sizes, call.k_strides, piece.lk, piece.t_stride)
             with on(i):
                 g = plan.kernels.backward(
                     _view(doc, *geo_q),
                     _view(qc, *geo_q),
-                    _view(kc, *geo_k),
-                    _view(vc, *geo_k),
+                    kv,
+                    vv,
                     _view(oc, *geo_q),
                     _view(lc, *geo_q).contiguous(),
                     aux,
@@ -259,8 +284,8 @@ def run_pieces_backward(
                     plan.scale,
                 )
             dq.append(_q_part(g[0], None, call, piece))
-            dk.append(_k_part(g[1], call, piece))
-            dv.append(_k_part(g[2], call, piece))
+            dk.append(key_part(g[1], call, piece))
+            dv.append(key_part(g[2], call, piece))
     return dq, dk, dv
 
 

@@ -19,12 +19,13 @@ the extra memory is O(n / ring_size); ``single_shot_bytes=0`` always chunks.
 
 Distributed: when ``torch.distributed`` is initialised with more than one rank (or with
 ``sequence_parallel=True``), each rank passes its own contiguous shard of q, k and v (sequence
-split; shards may differ in length) and gets its output shard back; key/value shards travel
-around the ring (:mod:`attention._distributed`): one shard per rank (``ring_size``, if given, must
-equal the world size), each cut into 4 or 8 sub-chunks ("lanes", ``ring_lanes`` to choose) once it
-exceeds ``single_shot_bytes``, so a rank's memory beyond its shard stays a fraction of the shard.
-Pass ``sequence_parallel=False`` to keep the single-device ring under data parallelism, where every
-rank holds whole sequences.
+split; shards may differ in length) and gets its output shard back; each rank sends every other
+only the key/value rows that its pieces read (:mod:`attention._distributed`): one shard per rank
+(``ring_size``, if given, must equal the world size); once a shard exceeds ``single_shot_bytes``
+its keys/values are cut into as many sub-chunks ("lanes", ``ring_lanes`` to choose) as keep what a
+rank holds besides its shard within a bound (:meth:`RingDilatedAttention.lanes_for`; one for the
+``distributed`` profile).  Pass ``sequence_parallel=False`` to keep the single-device ring under
+data parallelism, where every rank holds whole sequences.
 """
 
 from __future__ import annotations
@@ -34,7 +35,13 @@ from typing import Any
 
 import torch
 
-from attention._distributed import DistributedRingFunction, RingSchedule, gather_shapes, schedule_for
+from attention._distributed import (
+    DistributedRingFunction,
+    RingSchedule,
+    gather_shapes,
+    lanes_for,
+    schedule_for,
+)
 from attention._engine_base import SegmentEngineAttention
 from attention._plan import ring_pairs, split_lengths
 from attention.pattern import branch_heads
@@ -152,14 +159,30 @@ class RingDilatedAttention(SegmentEngineAttention):
             )
         lengths = tuple(s[1] for s in gather_shapes(q, group))
         b, _, h, d = q.shape
-        one_piece = single_shot_bytes(
-            b, max(lengths), h, d, q.element_size(), self.segment_lengths, self.dilation_rates, self.mode
-        )
-        lanes = self.ring_lanes or (1 if one_piece <= self.single_shot_bytes else None)
+        lanes = self.lanes_for(lengths, b, h, d, q.element_size())
         sched = schedule_for(lengths, dist.get_rank(group), self.segment_lengths, is_causal, lanes)
         # the plan is global (global positions); this rank only visits its own query shard
         plan = self._plan_global(q, sum(lengths), lengths, is_causal, sched)
         return DistributedRingFunction.apply(q, k, v, plan, group, sched)
+
+    def lanes_for(
+        self, lengths: Sequence[int], batch: int, heads: int, head_dim: int, element_size: int
+    ) -> int:
+        """How many lanes a sequence-parallel call on shards of ``lengths`` uses: ``ring_lanes``
+        if given; one while the longest shard fits in ``single_shot_bytes`` as one piece; else
+        the fewest memory allows (:func:`attention._distributed.lanes_for`).  The same on every
+        rank (a function of the all-gathered lengths), and callable for shapes this process does
+        not hold (docs/perf/distributed_ops.py asks it what a GPU would choose)."""
+        if self.ring_lanes:
+            return self.ring_lanes
+        pattern = (self.segment_lengths, self.dilation_rates, self.mode)
+        one_piece = single_shot_bytes(batch, max(lengths), heads, head_dim, element_size, *pattern)
+        if one_piece <= self.single_shot_bytes:
+            return 1
+        shape = {"batch": batch, "heads": heads, "head_dim": head_dim, "element_size": element_size}
+        return lanes_for(
+            lengths, **shape, segment_lengths=pattern[0], dilation_rates=pattern[1], mode=pattern[2]
+        )
 
     def _plan_global(self, q, n, lengths, is_causal, sched: RingSchedule):
         from attention._engine import SegmentPlan

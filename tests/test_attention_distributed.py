@@ -86,3 +86,46 @@ def test_ring_steps_only_as_far_as_segments_reach() -> None:
     assert ring_steps(bounds, [32], is_causal=True) == 2  # a segment spans two chunks
     assert ring_steps(bounds, [64], is_causal=True) == 4
     assert ring_steps(bounds, [32], is_causal=False) == 4  # non-causal also looks forward (a−c = −1)
+
+
+def test_the_next_steps_exchange_overlaps_this_steps_attention(tmp_path: Path) -> None:
+    """Forward and backward issue step s + 1's send/receive before step s's attention kernels run
+    (and the first one before the rank's attention to its own shard), so the transfer hides under
+    compute; the order of the dispatched ops on 3 gloo ranks shows it (``helpers/ring_order.py``)."""
+    import json
+
+    worker = Path(__file__).parent / "helpers" / "ring_order.py"
+    world = 3
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(worker), str(rank), str(world), str(tmp_path / "store"), str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        for rank in range(world)
+    ]
+    for rank, p in enumerate(procs):
+        try:
+            out, _ = p.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                other.kill()
+            pytest.fail("ring_order workers did not finish in 240 s (deadlock in the ring?)")
+        assert p.returncode == 0, f"rank {rank} failed:\n{out.decode(errors='replace')[-3000:]}"
+    for rank in range(world):
+        order = json.loads((tmp_path / f"order-{rank}.json").read_text())
+        for phase, kernel in (("forward", "attend"), ("backward", "attend_backward")):
+            ops = order[phase]
+            kernels = [i for i, op in enumerate(ops) if op == kernel]
+            sends = [i for i, op in enumerate(ops) if op == "send"]
+            # rank 0, forward: send recv attend attend | send recv attend | attend
+            # backward: send recv attend' attend' | send recv attend' | send recv attend' | send recv
+            # (the first key/value message before the rank's own shard's kernels)
+            assert len([i for i in sends if i < kernels[0]]) == 1, (rank, phase, ops)
+            assert ops.index("recv") < kernels[0], (rank, phase, ops)
+            # step 2's keys/values leave before step 1's kernel (the second-to-last) runs
+            assert sends[1] < kernels[-2], (rank, phase, ops)
+            if phase == "backward":  # step 1's dk/dv go home before step 2's kernel runs
+                assert len(sends) == 4 and sends[2] < kernels[-1], (rank, ops)

@@ -184,9 +184,10 @@ def test_times_and_communication_are_the_groups_and_each_rank_count_is_its_own_k
     assert max(forward["info"]["rank_medians"]) <= max(forward["samples"])
     [comm] = stored(db, "Communication.track_forward")
     assert comm["status"] == "ok" and comm["value"] > 0 and comm["info"]["share"] > 0
-    # what each rank sends is exact: its k and v shard (1024 x 4 heads x 32 x float32, twice) once
-    # around the ring of 2, and its shard length to the other rank (one int64 x 4 dims)
-    assert comm["info"]["bytes_sent_per_rank"] == [2 * 1024 * 4 * 32 * 4 + 4 * 8] * 2
+    # what each rank sends is exact: the k and v rows of its shard that the other rank's pieces
+    # read (only the 2048-segment branch crosses shards of 1024; rate 16: 1024 / 16 positions x
+    # 4 heads x 32 x float32, twice), and its shard length (one int64 x 4 dims)
+    assert comm["info"]["bytes_sent_per_rank"] == [2 * (1024 // 16) * 4 * 32 * 4 + 4 * 8] * 2
 
     one = distributed(
         repo, "run", "--bench", TIME_BENCH, "--rounds", "1", db=url, env={"PERFGUARD_RANKS": "1"}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from attention._distributed import RingSchedule, ring_steps, schedule_for
-from attention._plan import build_pieces, chunk_bounds, split_lengths
+from attention._plan import build_pieces, chunk_bounds, chunks_connected, split_lengths
 from perfguard import profiles
 from perfguard.engine import communication, machine, rank_group
 from perfguard.engine.rounds import _describe_group_exit
@@ -98,13 +98,71 @@ def test_distributed_segments_reach_across_the_whole_sequence(
         assert ring_steps(bounds, segments, is_causal=False) == world
 
 
-def test_lanes_keep_the_buffers_in_flight_at_half_a_shard() -> None:
-    # two steps: one (k, v) sub-chunk arrives at a time -> 4 lanes; more steps: two in flight -> 8
-    assert schedule_for([64, 64], 0, [128], False, None).lanes == 4
-    assert schedule_for([32, 32, 32, 32], 0, [128], False, None).lanes == 8
-    assert schedule_for([32, 32, 32, 32], 0, [16], False, None).steps == 1
-    assert schedule_for([5, 3], 1, [8], False, None).lanes == 3  # never more lanes than positions
-    assert schedule_for([64, 64], 0, [128], False, 2).lanes == 2  # ring_lanes chooses
+def _profile_ring(n: int, world: int, rank: int = 0):
+    """The ``distributed`` profile's module, schedule, plan and remote steps for ``rank`` of
+    ``world`` at ``n`` tokens, in the GPU shape (bf16, 12 x 64), built on the meta device: no
+    process group, no memory (what travels is a function of the shapes alone)."""
+    import torch
+
+    from attention._distributed import _Ring
+    from attention.ring import RingDilatedAttention
+
+    dilation = profiles.distributed_dilation(n)
+    module = RingDilatedAttention(**dilation, sequence_parallel=True)
+    lengths = split_lengths(n, world)
+    q = torch.empty(1, lengths[rank], 12, 64, device="meta", dtype=torch.bfloat16)
+    lanes = module.lanes_for(lengths, 1, 12, 64, 2)
+    sched = schedule_for(lengths, rank, dilation["segment_lengths"], False, lanes)
+    plan = module._plan_global(q, n, lengths, False, sched)
+    return module, sched, _Ring(plan, sched, None, q)
+
+
+@pytest.mark.parametrize("n", [131072, 524288, 1048576])
+def test_the_distributed_profile_needs_one_lane_on_gpus(n: int) -> None:
+    """Only the rows of the branches whose segments cross a shard boundary travel (one position
+    in 64 at 128K, in 512 at 1M), so the module's memory bound needs no lanes at 2-8 ranks: one
+    trip around the ring, one packed message and one piece per remote step (issue 33: 8 lanes x
+    4 steps = 936 aten ops per forward on 4 ranks before)."""
+    dilation = profiles.distributed_dilation(n)
+    for world in (2, 4, 8):
+        _, sched, ring = _profile_ring(n, world)
+        assert sched.lanes == 1 and sched.steps == world
+        shards = chunk_bounds(split_lengths(n, world))
+        shard = split_lengths(n, world)[0] * 12 * 64
+        for step in ring.steps:
+            to = sched.target(step.step)
+            # k and v of one position in r of the shard, every head, of each branch whose segment
+            # holds both shards: 1/64 (+ 1/16 at 8 ranks) of the shard at 128K, 1/512 at 1M
+            want = sum(
+                shard // r
+                for w, r in zip(dilation["segment_lengths"], dilation["dilation_rates"], strict=True)
+                if chunks_connected(shards, to, 0, [w], False)
+            )
+            got = sum(call.sizes[0] * call.sizes[1] * piece.lk * 64 for piece, call in step.send_calls)
+            assert got == want <= shard // 8
+
+
+def test_lanes_are_the_fewest_that_keep_what_a_rank_holds_in_bound() -> None:
+    from attention._distributed import MAX_LANES, TRANSIENT_SHARE, lanes_for, transient_bytes
+
+    # 4 shards of 512: the segments of 1024 (rate 4) and 2048 (rate 8) cross shard boundaries
+    shape = {"batch": 1, "heads": 4, "head_dim": 32, "element_size": 2}
+    pattern = {"segment_lengths": [256, 512, 1024, 2048], "dilation_rates": [1, 2, 4, 8], "mode": "longnet"}
+    lengths = [512] * 4
+    budget = TRANSIENT_SHARE * 512 * 4 * 32 * 2
+    lanes = lanes_for(lengths, **shape, **pattern)
+    assert lanes == 4
+    assert transient_bytes(lengths, lanes, **shape, **pattern) <= budget
+    assert transient_bytes(lengths, lanes // 2, **shape, **pattern) > budget
+    # segments of 8-32 across shards of 46 and 45: every branch sends rows; 8 lanes at most
+    small = {"batch": 2, "heads": 5, "head_dim": 8, "element_size": 4}
+    pattern = {"segment_lengths": [8, 16, 32], "dilation_rates": [1, 2, 4], "mode": "longnet"}
+    assert lanes_for([46, 45], **small, **pattern) == MAX_LANES == 8
+    # never more lanes than the shortest shard has positions, and ring_lanes chooses
+    assert lanes_for([5, 3], **small, **pattern) == 3
+    assert schedule_for([5, 3], 1, [8], False, 8).lanes == 3
+    assert schedule_for([64, 64], 0, [128], False, 2).lanes == 2
+    assert schedule_for([32, 32, 32, 32], 0, [16], False, 1).steps == 1
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -4,13 +4,15 @@ Long-context ring implementations have been seen to lose accuracy as GPUs are ad
 of the running output per merged part, per rank and step).  This measures ours: the same inputs,
 split over N = 1, 2 and 4 gloo ranks, forward and backward in bfloat16 (and float32), every rank's
 output and input-gradient shards gathered and compared with the float64 reference of the module's
-own pattern (``attention_pattern``).  Lanes both as the module chooses and forced (8 sub-chunks a
-shard, ``single_shot_bytes=0``: the GPU geometry at long lengths).
+own pattern (``attention_pattern``).  Lanes as the module chooses, as its memory bound chooses
+for long sequences, and forced (8 sub-chunks a shard, ``ring_lanes=8``: the geometry of the GPU
+runs before issue 33).
 
     python docs/perf/distributed_error.py [--tokens 2048] [--ranks 1,2,4]
 
-Prints one Markdown table (relative L2 error of out, dq, dk, dv; and the largest N's error over
-N = 1's), the one docs/perf/distributed.md quotes.
+Prints one Markdown table (relative L2 error of out, dq, dk, dv, on one device without a group
+and at every N; and each N's largest error over one device's), the one docs/perf/distributed.md
+quotes.  tests/test_distributed_error.py bounds the same errors.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ SEGMENTS = [256, 512, 1024, 2048]
 RATES = [1, 2, 4, 8]
 HEADS, HEAD_DIM = 4, 32
 KEYS = ("out", "dq", "dk", "dv")
+#: the module's own lanes (one at this size), the lanes its memory bound chooses for a long
+#: sequence (``single_shot_bytes=0``: 1, 2, 4, 8 at N = 1, 2, 4, 8 here), 8 lanes forced
+LANES = (("module", {}), ("membound", {"single_shot_bytes": 0}), ("8lanes", {"ring_lanes": 8}))
 
 
 def _inputs(n: int) -> tuple[torch.Tensor, ...]:
@@ -75,7 +80,7 @@ def main() -> None:
         (f"{dt}-{'causal' if c else 'full'}-{lanes}", getattr(torch, dt), c, kw)
         for dt in ("bfloat16", "float32")
         for c in (False, True)
-        for lanes, kw in (("module", {}), ("8lanes", {"single_shot_bytes": 0}))
+        for lanes, kw in LANES
     ]
     q, k, v, grad = (t.double().requires_grad_() for t in _inputs(n))
     refs = {}
@@ -85,7 +90,15 @@ def main() -> None:
         )
         ref = reference_attention(q, k, v, counts)
         refs[causal] = dict(zip(KEYS, (ref, *torch.autograd.grad(ref, (q, k, v), grad)), strict=True))
-    errors: dict[tuple[str, int], dict[str, float]] = {}
+    errors: dict[tuple[str, int | str], dict[str, float]] = {}
+    for name, dtype, causal, _ in cases:  # the same computation on one device, no group
+        ql, kl, vl = (t.detach().to(dtype).requires_grad_() for t in (q, k, v))
+        o = RingDilatedAttention(segment_lengths=SEGMENTS, dilation_rates=RATES)(ql, kl, vl, is_causal=causal)
+        o.backward(grad.detach().to(dtype))
+        got = dict(zip(KEYS, (o.detach(), ql.grad, kl.grad, vl.grad), strict=True))
+        errors[(name, "one device")] = {
+            key: relative_error(got[key].float(), refs[causal][key]) for key in KEYS
+        }
     for world in worlds:
         with tempfile.TemporaryDirectory() as tmp:
             os.environ["OMP_NUM_THREADS"] = "1"
@@ -99,16 +112,16 @@ def main() -> None:
     print("| case | N | out | dq | dk | dv |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name, *_ in cases:
-        for world in worlds:
+        for world in ["one device", *worlds]:
             e = errors[(name, world)]
             print(f"| {name} | {world} | " + " | ".join(f"{e[key]:.2e}" for key in KEYS) + " |")
-    first, last = worlds[0], worlds[-1]
-    worst = max(
-        errors[(name, last)][key] / max(errors[(name, first)][key], 1e-30)
-        for name, *_ in cases
-        for key in KEYS
-    )
-    print(f"largest error at N={last} over N={first}: x{worst:.2f}")
+    for world in worlds:
+        worst = max(
+            (errors[(name, world)][key] / max(errors[(name, "one device")][key], 1e-30), name, key)
+            for name, *_ in cases
+            for key in KEYS
+        )
+        print(f"largest error at N={world} over one device's: x{worst[0]:.2f} ({worst[1]}, {worst[2]})")
 
 
 if __name__ == "__main__":

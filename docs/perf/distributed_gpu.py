@@ -29,6 +29,7 @@ this script does can be checked without a GPU.  NVLink multicast stays off in ev
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -55,9 +56,10 @@ GIB = 2**30
 def exactness(group, device: str) -> list[dict[str, Any]]:
     """The sequence-parallel ring on this group against the one-device ring over the whole sequence.
 
-    8K tokens (smoke: 1K), 1 x n x 12 x 64, segments crossing every shard, lanes forced
-    (``single_shot_bytes=0``); forward and the q/k/v gradients, causal or not, bf16 and fp32.  Every
-    rank computes its shard; rank 0 gathers them and compares with its own one-device run.
+    8K tokens (smoke: 1K), 1 x n x 12 x 64, segments crossing every shard, the module's own lanes
+    (one) and 4 forced (``ring_lanes=4``); forward and the q/k/v gradients, causal or not, bf16
+    and fp32.  Every rank computes its shard; rank 0 gathers them and compares with its own
+    one-device run.
     """
     import torch
     import torch.distributed as dist
@@ -70,49 +72,47 @@ def exactness(group, device: str) -> list[dict[str, Any]]:
     lengths = [n // group.world + (1 if r < n % group.world else 0) for r in range(group.world)]
     lo = sum(lengths[: group.rank])
     rows = []
-    for dtype in (torch.bfloat16, torch.float32):
-        for causal in (False, True):
-            gen = torch.Generator(device=device).manual_seed(11)
-            q, k, v, g = (torch.randn(1, n, 12, 64, generator=gen, device=device).to(dtype) for _ in range(4))
-            mine = [t[:, lo : lo + lengths[group.rank]].clone().requires_grad_() for t in (q, k, v)]
-            ring = RingDilatedAttention(**cfg, sequence_parallel=True, single_shot_bytes=0)
-            out = ring(*mine, is_causal=causal)
-            out.backward(g[:, lo : lo + lengths[group.rank]])
-            got = {}
-            for name, t in (
-                ("out", out.detach()),
-                ("dq", mine[0].grad),
-                ("dk", mine[1].grad),
-                ("dv", mine[2].grad),
-            ):
-                pieces = [torch.empty(1, m, 12, 64, dtype=dtype, device=device) for m in lengths]
-                dist.all_gather(pieces, t.contiguous())
-                got[name] = torch.cat(pieces, dim=1)
-            if group.writer:
-                whole = [t.clone().requires_grad_() for t in (q, k, v)]
-                single = RingDilatedAttention(
-                    **cfg, ring_size=8, sequence_parallel=False, single_shot_bytes=0
-                )
-                ref = single(*whole, is_causal=causal)
-                ref.backward(g)
-                want = {"out": ref.detach(), "dq": whole[0].grad, "dk": whole[1].grad, "dv": whole[2].grad}
-                # the scale of bf16 rounding: both against the same computation in float32
-                exact = single(q.float(), k.float(), v.float(), is_causal=causal).detach()
-                scale = {
-                    "bf16_scale_out": relative_error(ref, exact),
-                    "dist_vs_fp32_out": relative_error(got["out"], exact),
+    for dtype, causal, lanes in itertools.product((torch.bfloat16, torch.float32), (False, True), (None, 4)):
+        gen = torch.Generator(device=device).manual_seed(11)
+        q, k, v, g = (torch.randn(1, n, 12, 64, generator=gen, device=device).to(dtype) for _ in range(4))
+        mine = [t[:, lo : lo + lengths[group.rank]].clone().requires_grad_() for t in (q, k, v)]
+        ring = RingDilatedAttention(**cfg, sequence_parallel=True, ring_lanes=lanes)
+        out = ring(*mine, is_causal=causal)
+        out.backward(g[:, lo : lo + lengths[group.rank]])
+        got = {}
+        for name, t in (
+            ("out", out.detach()),
+            ("dq", mine[0].grad),
+            ("dk", mine[1].grad),
+            ("dv", mine[2].grad),
+        ):
+            pieces = [torch.empty(1, m, 12, 64, dtype=dtype, device=device) for m in lengths]
+            dist.all_gather(pieces, t.contiguous())
+            got[name] = torch.cat(pieces, dim=1)
+        if group.writer:
+            whole = [t.clone().requires_grad_() for t in (q, k, v)]
+            single = RingDilatedAttention(**cfg, ring_size=8, sequence_parallel=False, single_shot_bytes=0)
+            ref = single(*whole, is_causal=causal)
+            ref.backward(g)
+            want = {"out": ref.detach(), "dq": whole[0].grad, "dk": whole[1].grad, "dv": whole[2].grad}
+            # the scale of bf16 rounding: both against the same computation in float32
+            exact = single(q.float(), k.float(), v.float(), is_causal=causal).detach()
+            scale = {
+                "bf16_scale_out": relative_error(ref, exact),
+                "dist_vs_fp32_out": relative_error(got["out"], exact),
+            }
+            rows.append(
+                {
+                    "check": "distributed == one device",
+                    "tokens": n,
+                    "ranks": group.world,
+                    "dtype": str(dtype).replace("torch.", ""),
+                    "causal": causal,
+                    "lanes": lanes or "module",
+                    **{f"rel_err_{key}": relative_error(got[key], want[key]) for key in want},
+                    **scale,
                 }
-                rows.append(
-                    {
-                        "check": "distributed == one device",
-                        "tokens": n,
-                        "ranks": group.world,
-                        "dtype": str(dtype).replace("torch.", ""),
-                        "causal": causal,
-                        **{f"rel_err_{key}": relative_error(got[key], want[key]) for key in want},
-                        **scale,
-                    }
-                )
+            )
     return rows
 
 
@@ -412,7 +412,7 @@ def main() -> int:
                 for k in r
                 if k.startswith(("rel_err", "bf16_", "dist_"))
             )
-            print(f"  N={r['ranks']} {r['dtype']} causal={r['causal']}: {errs}")
+            print(f"  N={r['ranks']} {r['dtype']} causal={r['causal']} lanes={r.get('lanes')}: {errs}")
     print(text)
     return 0
 

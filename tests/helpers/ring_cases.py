@@ -28,12 +28,13 @@ CASES = [
         "causal": True,
         "seq_len": 91,
     },
-    # single_shot_bytes=0: each shard in 8 sub-chunks ("lanes", attention/_distributed.py), 5-6
-    # positions each, so every lane's ring carries pieces of several branches across the shards
+    # lanes (attention/_distributed.py): ring_lanes=8 cuts each shard in 8 sub-chunks of 5-6
+    # positions, so every lane's ring carries pieces of several branches across the shards;
+    # single_shot_bytes=0 lets the memory bound choose (8 lanes longnet, 2 head_groups, here)
     {
         "id": "lanes-full",
         "cls": RingDilatedAttention,
-        "kwargs": {**_CFG, "single_shot_bytes": 0},
+        "kwargs": {**_CFG, "ring_lanes": 8},
         "causal": False,
         "seq_len": 91,
     },
