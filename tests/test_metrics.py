@@ -18,7 +18,7 @@ from perfguard.engine.suite import kind_of
 from perfguard.store.records import ResultRecord
 
 PACKAGE = Path(__file__).resolve().parents[1] / "perfguard"
-SPELLED = {"time", "memory", "throughput", "efficiency", "flops", "ops", "kernels", "allocated"}
+SPELLED = {"time", "memory", "throughput", "efficiency", "flops", "ops", "kernels", "allocated", "error"}
 
 
 def test_every_suite_benchmark_takes_unit_and_direction_from_its_metric() -> None:
@@ -33,7 +33,9 @@ def test_every_suite_benchmark_takes_unit_and_direction_from_its_metric() -> Non
 def test_the_derived_sets_follow_the_table() -> None:
     assert metrics.NAMES[:2] == ("time", "memory") and set(metrics.NAMES) == SPELLED
     assert {"flops", "ops", "kernels", "allocated"} == metrics.WORK_METRICS
-    assert metrics.WORK_METRICS | {"memory"} == metrics.DETERMINISTIC_METRICS
+    assert metrics.WORK_METRICS | {"memory", "error"} == metrics.DETERMINISTIC_METRICS
+    assert metrics.WORK_METRICS | {"error"} == metrics.ZERO_VALID_METRICS  # zero: nothing counted, exact
+    assert metrics.in_family("accuracy") == ("error",)
     assert {"throughput", "efficiency"} == metrics.REPORTED_METRICS
     assert metrics.in_family("time") == ("time", "throughput", "efficiency")
     assert len(metrics.COLUMN_WORDS) == len(metrics.NAMES)
