@@ -9,15 +9,13 @@ and input gradients, causal and not.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from attention.reference import reference_attention, relative_error
+from tests.helpers.gloo_ranks import run_ranks
 from tests.helpers.ring_cases import CASES, make_inputs
 
 WORLD = 2
@@ -29,28 +27,7 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, torc
     if not torch.distributed.is_available():
         pytest.skip("torch.distributed is not available in this build")
     tmp = tmp_path_factory.mktemp("ring")
-    init_file = tmp / "store"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), str(rank), str(WORLD), str(init_file), str(tmp)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        for rank in range(WORLD)
-    ]
-    logs = []
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=240)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail("ring workers did not finish in 240 s (deadlock in the ring?)")
-        logs.append(out.decode(errors="replace"))
-    for rank, (p, log) in enumerate(zip(procs, logs, strict=True)):
-        assert p.returncode == 0, f"rank {rank} failed:\n{log[-3000:]}"
+    run_ranks(WORKER, WORLD, tmp, timeout=240, what="ring workers")
     result = {}
     for case in CASES:
         parts = [torch.load(tmp / f"{case['id']}-rank{r}.pt") for r in range(WORLD)]
@@ -96,24 +73,7 @@ def test_the_next_steps_exchange_overlaps_this_steps_attention(tmp_path: Path) -
 
     worker = Path(__file__).parent / "helpers" / "ring_order.py"
     world = 3
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(worker), str(rank), str(world), str(tmp_path / "store"), str(tmp_path)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        for rank in range(world)
-    ]
-    for rank, p in enumerate(procs):
-        try:
-            out, _ = p.communicate(timeout=240)
-        except subprocess.TimeoutExpired:
-            for other in procs:
-                other.kill()
-            pytest.fail("ring_order workers did not finish in 240 s (deadlock in the ring?)")
-        assert p.returncode == 0, f"rank {rank} failed:\n{out.decode(errors='replace')[-3000:]}"
+    run_ranks(worker, world, tmp_path, timeout=240, what="ring_order workers")
     for rank in range(world):
         order = json.loads((tmp_path / f"order-{rank}.json").read_text())
         for phase, kernel in (("forward", "attend"), ("backward", "attend_backward")):

@@ -14,16 +14,13 @@ thread, so the errors are the same at every run.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from attention.reference import reference_attention, relative_error
 from attention.ring import RingDilatedAttention
 from tests.helpers import ring_error
+from tests.helpers.gloo_ranks import run_ranks
 
 WORLDS = (1, 2, 4)
 #: error(N ranks) <= FACTOR x error(one device) + FLOOR, per case and tensor
@@ -49,28 +46,9 @@ def errors(tmp_path_factory: pytest.TempPathFactory) -> dict:
     torch.set_num_threads(1)
     one_device = RingDilatedAttention(**ring_error.CONFIG, sequence_parallel=False)
     result = {"one device": error(ring_error.run(one_device, 0, ring_error.SEQ_LEN))}
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for world in WORLDS:
         tmp = tmp_path_factory.mktemp(f"error{world}")
-        procs = [
-            subprocess.Popen(
-                [sys.executable, ring_error.__file__, str(rank), str(world), str(tmp / "store"), str(tmp)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-            for rank in range(world)
-        ]
-        for rank, p in enumerate(procs):
-            try:
-                out, _ = p.communicate(timeout=300)
-            except subprocess.TimeoutExpired:
-                for other in procs:
-                    other.kill()
-                pytest.fail(f"{world} ranks did not finish in 300 s (deadlock in the ring?)")
-            assert p.returncode == 0, (
-                f"rank {rank} of {world} failed:\n{out.decode(errors='replace')[-3000:]}"
-            )
+        run_ranks(ring_error.__file__, world, tmp, timeout=300, what="ring_error workers")
         for case in ring_error.CASES:
             parts = [torch.load(tmp / f"{case}-{rank}.pt") for rank in range(world)]
             got = {key: torch.cat([p[key] for p in parts], dim=1) for key in ring_error.KEYS}
