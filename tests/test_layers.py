@@ -57,6 +57,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     (
         "engine.guarded",
         "engine.asv_suite",
+        "engine.benchmark_methods",
         "engine.cases",
         "engine.passes",
         "engine.accuracy",

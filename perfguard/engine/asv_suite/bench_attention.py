@@ -46,7 +46,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from perfguard import profiles
 from perfguard.declaration import SOURCE_ENV
-from perfguard.engine import cases, guarded, outcomes, passes, timing
+from perfguard.engine import benchmark_methods, cases, guarded, outcomes, passes, timing
 from perfguard.engine.outcomes import Outcome
 
 # the guarded package of the repository this suite belongs to (plain asv), or of the commit a
@@ -159,70 +159,20 @@ class _Suite:
         return self._record(benchmark, p, Outcome(unit, value, [value], method, info))
 
 
-class Forward(_Suite):
+class Forward(benchmark_methods.Forward, _Suite):
     """Inference forward pass."""
 
-    def track_time(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._time("Forward.track_time", "forward")
 
-    track_time.unit = "seconds"  # type: ignore[attr-defined]
-
-
-class ForwardBackward(_Suite):
+class ForwardBackward(benchmark_methods.ForwardBackward, _Suite):
     """Forward pass and the gradients of every input and parameter."""
 
-    def track_time(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._time("ForwardBackward.track_time", "forward_backward")
 
-    track_time.unit = "seconds"  # type: ignore[attr-defined]
-
-
-class PeakMemory(_Suite):
+class PeakMemory(benchmark_methods.PeakMemory, _Suite):
     """Peak allocated GPU memory beyond the inputs (deterministic: one pass is the number)."""
 
-    needs_cuda = True
 
-    def track_forward(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._memory("PeakMemory.track_forward", "forward")
-
-    def track_forward_backward(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._memory("PeakMemory.track_forward_backward", "forward_backward")
-
-    track_forward.unit = "bytes"  # type: ignore[attr-defined]
-    track_forward_backward.unit = "bytes"  # type: ignore[attr-defined]
-
-
-class Work(_Suite):
+class Work(benchmark_methods.Work, _Suite):
     """What one call does, counted: the same on every run of the same code (gated like memory)."""
-
-    def track_forward_flops(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._work("Work.track_forward_flops", "forward", "flops")
-
-    def track_forward_ops(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._work("Work.track_forward_ops", "forward", "ops")
-
-    def track_forward_kernels(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._work("Work.track_forward_kernels", "forward", "kernels")
-
-    def track_forward_allocated(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._work("Work.track_forward_allocated", "forward", "allocated")
-
-    def track_forward_backward_flops(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._work("Work.track_forward_backward_flops", "forward_backward", "flops")
-
-    def track_forward_backward_ops(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._work("Work.track_forward_backward_ops", "forward_backward", "ops")
-
-    def track_forward_backward_kernels(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._work("Work.track_forward_backward_kernels", "forward_backward", "kernels")
-
-    def track_forward_backward_allocated(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._work("Work.track_forward_backward_allocated", "forward_backward", "allocated")
-
-    track_forward_flops.unit = track_forward_backward_flops.unit = "FLOP"  # type: ignore[attr-defined]
-    track_forward_ops.unit = track_forward_backward_ops.unit = "aten ops"  # type: ignore[attr-defined]
-    track_forward_kernels.unit = track_forward_backward_kernels.unit = "kernels"  # type: ignore[attr-defined]
-    track_forward_allocated.unit = track_forward_backward_allocated.unit = "bytes"  # type: ignore[attr-defined]
 
 
 class Accuracy(_Suite):

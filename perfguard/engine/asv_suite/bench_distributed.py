@@ -41,7 +41,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from perfguard import profiles
 from perfguard.declaration import SOURCE_ENV
-from perfguard.engine import cases, guarded, outcomes, passes, shards, timing
+from perfguard.engine import benchmark_methods, cases, guarded, outcomes, passes, shards, timing
 from perfguard.engine.outcomes import Outcome
 
 # the guarded package of the repository this suite belongs to (plain asv), or of the commit a
@@ -196,70 +196,20 @@ class _Suite:
         return self._record(benchmark, p, outcome)
 
 
-class Forward(_Suite):
+class Forward(benchmark_methods.Forward, _Suite):
     """Inference forward pass of the whole sequence, across the ranks."""
 
-    def track_time(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._time("Forward.track_time", "forward")
 
-    track_time.unit = "seconds"  # type: ignore[attr-defined]
-
-
-class ForwardBackward(_Suite):
+class ForwardBackward(benchmark_methods.ForwardBackward, _Suite):
     """Forward pass and the gradients of every input and parameter, across the ranks."""
 
-    def track_time(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._time("ForwardBackward.track_time", "forward_backward")
 
-    track_time.unit = "seconds"  # type: ignore[attr-defined]
-
-
-class PeakMemory(_Suite):
+class PeakMemory(benchmark_methods.PeakMemory, _Suite):
     """Peak allocated GPU memory beyond the inputs, on the rank that needs most."""
 
-    needs_cuda = True
 
-    def track_forward(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._memory("PeakMemory.track_forward", "forward")
-
-    def track_forward_backward(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._memory("PeakMemory.track_forward_backward", "forward_backward")
-
-    track_forward.unit = "bytes"  # type: ignore[attr-defined]
-    track_forward_backward.unit = "bytes"  # type: ignore[attr-defined]
-
-
-class Work(_Suite):
+class Work(benchmark_methods.Work, _Suite):
     """What one call does on the busiest rank, counted exactly (gated like memory)."""
-
-    def track_forward_flops(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._work("Work.track_forward_flops", "forward", "flops")
-
-    def track_forward_ops(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._work("Work.track_forward_ops", "forward", "ops")
-
-    def track_forward_kernels(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._work("Work.track_forward_kernels", "forward", "kernels")
-
-    def track_forward_allocated(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._work("Work.track_forward_allocated", "forward", "allocated")
-
-    def track_forward_backward_flops(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._work("Work.track_forward_backward_flops", "forward_backward", "flops")
-
-    def track_forward_backward_ops(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._work("Work.track_forward_backward_ops", "forward_backward", "ops")
-
-    def track_forward_backward_kernels(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._work("Work.track_forward_backward_kernels", "forward_backward", "kernels")
-
-    def track_forward_backward_allocated(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._work("Work.track_forward_backward_allocated", "forward_backward", "allocated")
-
-    track_forward_flops.unit = track_forward_backward_flops.unit = "FLOP"  # type: ignore[attr-defined]
-    track_forward_ops.unit = track_forward_backward_ops.unit = "aten ops"  # type: ignore[attr-defined]
-    track_forward_kernels.unit = track_forward_backward_kernels.unit = "kernels"  # type: ignore[attr-defined]
-    track_forward_allocated.unit = track_forward_backward_allocated.unit = "bytes"  # type: ignore[attr-defined]
 
 
 class Communication(_Suite):
