@@ -16,7 +16,6 @@ The reference (perfguard's own, which ``verify`` uses too) is checked against th
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from attention.reference import multihead_reference, reference_attention
 from perfguard import profiles
 from perfguard.config import ACCURACY_FLOORS, parse_config
 from perfguard.engine import accuracy, cases
-from tests.helpers.project import add_branches, git, perfguard, project_repo
+from tests.helpers.project import add_branches, check_branch, perfguard, project_repo
 
 #: The accuracy benchmarks of the implementations the plant reaches, and of one it does not.
 ACCURACY = r"Accuracy\.track_\w+\('(improved|multihead_improved|dilated)', 512,"
@@ -66,18 +65,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
 
 
 def _check(project: Project, tmp_path: Path, branch: str) -> tuple[int, dict[str, Any], str]:
-    repo, main_db = project
-    db = tmp_path / "history.db"
-    db.write_bytes(Path(main_db).read_bytes())
-    git(repo, "checkout", "-q", branch)
-    try:
-        out = tmp_path / "check.json"
-        args = ("--bench", ACCURACY, "--rounds", "1", "--no-verify", "--json", str(out))
-        result = perfguard(repo, "check", "--baseline", "main", *args, db=f"sqlite:///{db}")
-    finally:
-        git(repo, "checkout", "-q", "main")
-    assert result.returncode in (0, 1), result.stdout + result.stderr
-    return result.returncode, json.loads(out.read_text()), result.stdout + result.stderr
+    return check_branch(*project, tmp_path, branch, ACCURACY)
 
 
 def _accuracy_items(document: dict[str, Any]) -> list[dict[str, Any]]:

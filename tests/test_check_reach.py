@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import import_walk
-from tests.helpers.project import ROOT, add_branches, git, perfguard, project_repo
+from tests.helpers.project import ROOT, add_branches, check_branch, perfguard, project_repo
 
 Project = tuple[Path, str]
 
@@ -68,18 +68,7 @@ def _check(
     project: Project, tmp_path: Path, branch: str, *extra: str, bench: str = OPS
 ) -> tuple[int, dict[str, Any], str]:
     """``perfguard check --baseline main`` of ``branch`` on a copy of the recorded store."""
-    repo, main_db = project
-    db = tmp_path / "history.db"
-    db.write_bytes(Path(main_db).read_bytes())
-    git(repo, "checkout", "-q", branch)
-    try:
-        out = tmp_path / "check.json"
-        args = ("--bench", bench, "--rounds", "1", "--no-verify", "--json", str(out), *extra)
-        result = perfguard(repo, "check", "--baseline", "main", *args, db=f"sqlite:///{db}")
-    finally:
-        git(repo, "checkout", "-q", "main")
-    assert result.returncode in (0, 1), result.stdout + result.stderr
-    return result.returncode, json.loads(out.read_text()), result.stdout + result.stderr
+    return check_branch(*project, tmp_path, branch, bench, *extra)
 
 
 def _measured(document: dict[str, Any]) -> set[str]:

@@ -8,12 +8,14 @@ work metrics exactly (FLOPs, aten ops, bytes allocated: ratio 2.000 whatever the
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,3 +125,21 @@ def perfguard(repo: Path, *args: str, db: str, env: dict[str, str] | None = None
         timeout=timeout,
         check=False,
     )
+
+
+def check_branch(
+    repo: Path, main_db: str, tmp_path: Path, branch: str, bench: str, *extra: str
+) -> tuple[int, dict[str, Any], str]:
+    """``perfguard check --baseline main --bench BENCH --rounds 1 --no-verify`` of ``branch`` on a
+    copy of the store ``main_db`` (each test its own copy): exit code, JSON report, output."""
+    db = tmp_path / "history.db"
+    db.write_bytes(Path(main_db).read_bytes())
+    git(repo, "checkout", "-q", branch)
+    try:
+        out = tmp_path / "check.json"
+        args = ("--bench", bench, "--rounds", "1", "--no-verify", "--json", str(out), *extra)
+        result = perfguard(repo, "check", "--baseline", "main", *args, db=f"sqlite:///{db}")
+    finally:
+        git(repo, "checkout", "-q", "main")
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    return result.returncode, json.loads(out.read_text()), result.stdout + result.stderr
