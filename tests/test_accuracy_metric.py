@@ -106,7 +106,7 @@ def test_the_reference_agrees_with_an_independent_one_and_errors_repeat_exactly(
     case = cases.build(impl, 512, "float32", "cpu", profiles.PROFILES["quick"])
     counts = accuracy._pattern(case)
     leaves = tuple(t.detach().to(torch.float64).requires_grad_(True) for t in case.inputs)
-    ours = accuracy._reference(case, leaves, counts)
+    ours = accuracy.reference(case.module, case.multihead, leaves, counts)
     grad = torch.randn(ours.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     our_grads = torch.autograd.grad(ours, leaves, grad)
     # an independent implementation: attention.reference, all heads at once, autograd's backward

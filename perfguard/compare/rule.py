@@ -324,11 +324,8 @@ def _decide_accuracy(pair: Pair, config: Config) -> tuple[Verdict, str]:
     if b == h:
         return Verdict.UNCHANGED, f"{label} {format_value(h, unit)} in both (ratio 1.000)"
     r = max(h, floor) / max(b, floor)
-    change = (
-        f"{label} {format_value(b, unit)} → {format_value(h, unit)} ({h / b:.2f}×)"
-        if b > 0
-        else (f"{label} {format_value(b, unit)} → {format_value(h, unit)}")
-    )
+    factor = f" ({h / b:.2f}×)" if b > 0 else ""
+    change = f"{label} {format_value(b, unit)} → {format_value(h, unit)}{factor}"
     floor_text = f"the {format_value(floor, unit)} floor"
     if r > hi:
         return Verdict.REGRESSION, f"{change}: less exact, over threshold {hi:.2f} above {floor_text}"

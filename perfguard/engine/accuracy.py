@@ -40,10 +40,13 @@ import torch
 import torch.nn.functional as F
 
 from perfguard.engine import cases
+from perfguard.engine.suite import ACCURACY_TENSORS
 
 #: The tensors whose error is measured, in the order of the suite's benchmarks.
-TENSORS = ("output", "q", "k", "v")
-#: A gradient's denominator is at least this times the largest reference gradient (as verify).
+TENSORS = ACCURACY_TENSORS
+#: A gradient's denominator is at least this times the largest reference gradient (here and in
+#: ``verify``): ∂/∂k of a query row with a single key is 0 in exact arithmetic (its softmax is
+#: constant), and relative to 0 rounding noise would read as an enormous error.
 GRAD_FLOOR = 1e-3
 #: The seed of the output gradient: the one ``cases.Case.forward_backward`` uses.
 GRAD_OUT_SEED = 1
@@ -79,7 +82,7 @@ def measure(case: cases.Case) -> Errors:
     counts = _pattern(case)
     ref_leaves = tuple(t.detach().to(torch.float64).requires_grad_(True) for t in case.inputs)
     with torch.enable_grad():
-        ref = _reference(case, ref_leaves, counts)
+        ref = reference(case.module, case.multihead, ref_leaves, counts)
         ref_grads = torch.autograd.grad(ref, ref_leaves, grad_out.to(torch.float64))
     density = float(counts.count_nonzero().item()) / counts.numel()
     del counts
@@ -142,10 +145,6 @@ def _pattern(case: cases.Case) -> torch.Tensor:
     if not isinstance(counts, torch.Tensor) or counts.shape != (heads, n, n):
         raise NoPattern(f"attention_pattern gave {type(counts).__name__}, not a ({heads}, {n}, {n}) tensor")
     return counts.to(case.device)
-
-
-def _reference(case: cases.Case, leaves: tuple[torch.Tensor, ...], counts: torch.Tensor) -> torch.Tensor:
-    return reference(case.module, case.multihead, leaves, counts)
 
 
 def reference(
@@ -236,7 +235,7 @@ def _probs(q: torch.Tensor, k: torch.Tensor, counts: torch.Tensor, scale: float)
 
 def relative_error(x: torch.Tensor, ref: torch.Tensor, floor: float = 0.0) -> float:
     """``‖x − ref‖ / max(‖ref‖, floor)`` in float64; inf for a non-finite ``x`` (a zero
-    reference compares absolutely)."""
+    reference compares absolutely).  ``floor``: see :data:`GRAD_FLOOR`."""
     diff = x.detach().to(torch.float64) - ref.detach().to(torch.float64)
     if not bool(torch.isfinite(diff).all()):
         return math.inf

@@ -12,6 +12,7 @@ import torch
 
 from attention.pattern import dilated_pattern
 from perfguard.declare import ImplConfig, Implementation, ShapeConfig
+from perfguard.engine.accuracy import GRAD_FLOOR, relative_error
 from perfguard.engine.guarded import computes
 from perfguard.verify import probes
 from perfguard.verify.planning import Scenario
@@ -21,8 +22,6 @@ from perfguard.verify.shared import RunCache
 #: implementations whose pattern *is* the semantics of attention.pattern (the roots of "same function")
 SEMANTICS_ROOTS = frozenset({"dilated", "multihead_dilated"})
 
-#: input gradients are compared relative to max(‖ref‖, GRAD_FLOOR × the largest reference gradient)
-GRAD_FLOOR = 1e-3
 
 TARGET_OF_DEVICE = {"cpu": "cpu", "cuda": "gpu"}
 
@@ -268,7 +267,7 @@ class CaseRun:
             self.block(["grad"], "no reference")
             return
         self.ref_out, self.ref_out_b = ref, ref_b
-        err = probes.rel_err(out, ref)
+        err = relative_error(out, ref)
         self.record("reference", probes.fmt_err(err, self.tol) if not err <= self.tol else None, err)
         if grads is None or ref_grads is None:
             self.block(["grad"], "backward failed")
@@ -279,7 +278,7 @@ class CaseRun:
         for name, g, rg in zip(names, grads, ref_grads, strict=True):
             if g is None:
                 continue
-            e = probes.rel_err(g, rg, floor)
+            e = relative_error(g, rg, floor)
             if not e <= worst:
                 worst, worst_name = e, name
         if worst < 0:

@@ -245,23 +245,6 @@ def reference(
     return ref.detach(), tuple(g.detach() for g in grads), other
 
 
-def rel_err(out: torch.Tensor, ref: torch.Tensor, floor: float = 0.0) -> float:
-    """``‖out − ref‖ / max(‖ref‖, floor)``, inf for non-finite values.
-
-    ``floor`` keeps a tensor that is exactly zero in exact arithmetic from turning rounding noise
-    into an enormous relative error: ∂/∂k of a query row with a single key is 0 (its softmax is
-    constant), so gradients are measured against the largest reference gradient of the three
-    inputs times 1e-3 at least.
-    """
-    if floor <= 0.0:
-        return relative_error(out, ref)
-    diff = out.detach().to(torch.float64) - ref.detach().to(torch.float64)
-    if not torch.isfinite(diff).all():
-        return math.inf
-    den = max(torch.linalg.vector_norm(ref.detach().to(torch.float64)).item(), floor)
-    return torch.linalg.vector_norm(diff).item() / den
-
-
 def fmt_err(err: float, tol: float) -> str:
     return "rel err inf (non-finite values)" if math.isinf(err) else f"rel err {err:.3g} > {tol:g}"
 
