@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from perfguard.errors import UsageError
-from perfguard.metrics import DETERMINISTIC_METRICS
+from perfguard.metrics import DETERMINISTIC_METRICS, REPEAT_RTOL
 from perfguard.store.result_info import ResultInfo
 
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ def fidelity_test(
         costs.append({"case": name, **one.seconds})
         bench.say(f"alone {n}/{len(chosen)}: {name}: {_cost_text(one.seconds)}")
         measured = {r.key: r for r in one.results}
-        rows += [_compare(r, measured.get(r.key), tolerance) for r in in_round]
+        rows += [compare_alone(r, measured.get(r.key), tolerance) for r in in_round]
         seconds = {"round_s": round(round_s, 1), "alone_s": round(time.perf_counter() - alone_s, 1)}
         so_far = FidelityReport(
             list(rows), n, len(by_case), bench.device, bench.profile.name, tolerance, seconds, list(costs)
@@ -230,7 +230,7 @@ def _cost_text(seconds: Mapping[str, Any]) -> str:
     )
 
 
-def _compare(in_round: ResultRecord, alone: ResultRecord | None, tolerance: float | None) -> FidelityRow:
+def compare_alone(in_round: ResultRecord, alone: ResultRecord | None, tolerance: float | None) -> FidelityRow:
     """One benchmark: equal (exact metrics and paths), within ``tolerance`` (timings), or why not."""
     row = dict(
         impl=in_round.impl,
@@ -259,7 +259,12 @@ def _compare(in_round: ResultRecord, alone: ResultRecord | None, tolerance: floa
         )
     a, b = in_round.value, alone.value
     if in_round.metric in DETERMINISTIC_METRICS:
-        return FidelityRow(**row, agree=a == b, why="" if a == b else "an exact number that differs")
+        if a == b:
+            return FidelityRow(**row, agree=True, why="")
+        rtol = REPEAT_RTOL[in_round.metric]
+        if a is not None and b is not None and abs(b - a) <= rtol * max(abs(a), abs(b)):
+            return FidelityRow(**row, agree=True, why=f"within the metric's repeat tolerance ({rtol:g})")
+        return FidelityRow(**row, agree=False, why="an exact number that differs")
     if in_round.metric != "time" or a is None or b is None or a <= 0 or b <= 0:
         return FidelityRow(**row, agree=None, why="derived or reported: not judged")
     if tolerance is None:

@@ -23,7 +23,8 @@ from sqlalchemy import create_engine, text
 
 from perfguard.compare.paths import path_changes
 from perfguard.engine.work import dispatch_counts
-from perfguard.fidelity import sample_cases
+from perfguard.fidelity import compare_alone, sample_cases
+from perfguard.store.records import ResultRecord
 from tests.helpers.project import ROOT, git, perfguard, project_repo, tracked_files
 
 #: dilated switches to a slower path for the rest of the process the first time it runs under a
@@ -169,3 +170,27 @@ def test_a_path_that_differs_between_rounds_of_one_side_is_said() -> None:
     head = [[_result("bs", "Forward.track_time", "a", ["x"])]]
     (entry,) = path_changes(base, head)
     assert entry.varies == ("base",) and entry.base == ("a", "b")
+
+
+def _error_result(value: float) -> ResultRecord:
+    return ResultRecord(
+        benchmark="bench_attention.Accuracy.track_q_error",
+        impl="ring",
+        params={"impl": "ring", "seq_len": 4096, "dtype": "bfloat16"},
+        metric="error",
+        unit="relative error",
+        direction="lower",
+        gated=True,
+        value=value,
+    )
+
+
+def test_an_error_that_repeats_within_its_gpu_spread_agrees_and_one_beyond_it_differs() -> None:
+    """On an H200 the q gradient's error of two processes differed by up to 7.5e-6 relative (dq is
+    accumulated with atomic adds): that is the same number; a path that moves it 0.1% is not."""
+    a = 0.005291586854737052
+    same = compare_alone(_error_result(a), _error_result(0.005291547071923167), None)
+    assert same.agree is True and "repeat tolerance" in same.why
+    assert compare_alone(_error_result(a), _error_result(a), None).agree is True
+    moved = compare_alone(_error_result(a), _error_result(a * 1.001), None)
+    assert moved.agree is False and moved.why == "an exact number that differs"
