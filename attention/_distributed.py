@@ -37,7 +37,9 @@ sums them into its float32 dk/dv (:func:`attention._merge.sum_parts`, the rows' 
 Dropout in training is not supported across ranks (``NotImplementedError``).
 
 Shards may have different lengths (the sequence need not divide by the world size): lengths are
-all-gathered once per forward, which is the only host synchronisation of the distributed path.
+all-gathered once per forward, which is the only host synchronisation of the distributed path;
+under CUDA-graph capture the lengths of the last eager call are used (:func:`gather_shapes`), so
+the whole distributed call, its NCCL sends and receives included, can be captured and replayed.
 """
 
 from __future__ import annotations
@@ -73,8 +75,28 @@ from attention.pattern import branch_heads
 TRANSIENT_SHARE = 1.25
 
 
+#: The shapes the last eager call of each (group, local shape, device) gathered: what a call under
+#: CUDA-graph capture uses (a graph replays fixed shapes; the all-gather's read-back to the host
+#: cannot be captured), see :func:`gather_shapes`.
+_GATHERED: dict[tuple, list[tuple[int, int, int, int]]] = {}
+
+
 def gather_shapes(q: torch.Tensor, group) -> list[tuple[int, int, int, int]]:
-    """(batch, local_len, heads, head_dim) of every rank; ranks must agree on all but local_len."""
+    """(batch, local_len, heads, head_dim) of every rank; ranks must agree on all but local_len.
+
+    Under CUDA-graph capture (``torch.cuda.graph``) nothing is gathered: the shapes are those the
+    last eager call with this rank's shape gathered.  Every rank captures the same call after
+    running it eagerly (``torch.cuda.graphs`` asks for warm-up calls anyway), so they agree; a
+    capture with no eager call before it is an error that says so.
+    """
+    key = (id(group), tuple(q.shape), q.device)
+    if q.is_cuda and torch.cuda.is_current_stream_capturing():
+        if key not in _GATHERED:
+            raise RuntimeError(
+                "sequence-parallel ring under CUDA-graph capture: run one eager call with these shapes "
+                "first (the shard lengths of every rank are gathered on the host, which a graph cannot do)"
+            )
+        return _GATHERED[key]
     world = dist.get_world_size(group)
     mine = torch.tensor(list(q.shape), dtype=torch.int64, device=q.device)
     allt = [torch.empty_like(mine) for _ in range(world)]
@@ -89,6 +111,9 @@ def gather_shapes(q: torch.Tensor, group) -> list[tuple[int, int, int, int]]:
             )
         if s[1] <= 0:
             raise ValueError(f"rank {r} holds an empty shard {s}; every rank needs at least one position")
+    if len(_GATHERED) > 64:  # shapes of calls long gone: keep the cache small
+        _GATHERED.clear()
+    _GATHERED[key] = shapes
     return shapes
 
 

@@ -116,12 +116,88 @@ def exactness(group, device: str) -> list[dict[str, Any]]:
     return rows
 
 
-def worker(args: argparse.Namespace) -> int:
-    """Every rank measures every length; rank 0 writes one JSON line per length to ``--jsonl``."""
+def one_gpu_case(impl: str, n: int, dtype: str, device: str, profile):
+    """``improved`` over the whole sequence on one GPU with the distributed profile's segments:
+    the other candidate for "the best one-GPU implementation" (the ring's N = 1 point is
+    ``perfguard.engine.shards``' own case)."""
     import torch
 
+    from perfguard.engine import cases, guarded, shards
+
+    if impl == "ring":
+        return shards.build("ring", n, dtype, device, profile)
+    spec = guarded.current().get(impl)
+    shape = profile.shape(device)
+    torch_dtype = cases.DTYPES[dtype]
+    overrides = {**profiles_dilation(n), **cases.head_overrides(spec.multihead, shape)}
+    module = spec.build("bench", device=device, dtype=torch_dtype, **overrides)
+    gen = torch.Generator(device=device).manual_seed(1000)
+    dims = (shape.batch, n, shape.num_heads, shape.head_dim)
+    q, k, v = (torch.randn(dims, generator=gen, device=device).to(torch_dtype) for _ in range(3))
+    return cases.Case(impl=impl, seq_len=n, dtype=dtype, device=device, module=module, inputs=(q, k, v),
+                      multihead=spec.multihead, config=dict(overrides), tokens=shape.batch * n,
+                      forward_flops=0.0)  # fmt: skip
+
+
+def profiles_dilation(n: int) -> dict[str, Any]:
     from perfguard import profiles
-    from perfguard.engine import cases, communication, passes, rank_group, shards, timing
+
+    return dict(profiles.distributed_dilation(n))
+
+
+def measure(impl: str, n: int, pass_name: str, group, device: str, dtype: str, profile) -> dict[str, Any]:
+    """One implementation x length x pass on this group: peak memory, the time (graph replay where
+    every rank could capture the call, else eager; the slowest rank's), communication (forward,
+    N > 1)."""
+    import torch
+
+    from perfguard.engine import cases, communication, passes, shards, timing
+
+    started = time.perf_counter()
+    row: dict[str, Any] = {"impl": impl, "seq_len": n, "pass": pass_name, "ranks": group.world, "dtype": dtype,
+                           "device": device}  # fmt: skip
+    try:
+        case = one_gpu_case(impl, n, dtype, device, profile)
+        p = passes.Pass(
+            case, pass_name, case.forward() if pass_name == "forward" else case.forward_backward()
+        )
+        p.first()
+        if device == "cuda":
+            memory = p.memory()
+            peaks = timing.per_rank(float(memory.peak_bytes))
+            row.update(peak_bytes=max(peaks), peak_per_rank=peaks)
+            captured = p.captured()
+            row.update(capture_error=captured.error, eager_first_s=captured.eager_s)
+        result = timing.slowest_rank(p.timing())
+        samples = list(result.samples)
+        cv = statistics.pstdev(samples) / statistics.mean(samples) if len(samples) > 1 else None
+        row.update(time_s=result.median, samples=len(samples), method=result.method, sample_cv=cv,
+                   rank_medians=result.info.get("rank_medians", [result.median]), stop=result.info.get("stop"),
+                   config=case.config, steps_s=dict(p.log))  # fmt: skip
+        if group.world > 1 and pass_name == "forward":
+            exchange = communication.measure(p.fn, device)
+            row.update(
+                comm_method=exchange.method,
+                comm_share=max(timing.per_rank(exchange.share)),
+                bytes_sent=timing.per_rank(float(exchange.bytes_sent)),
+            )
+        del p, case
+    except cases.Unsupported as exc:
+        row["skipped"] = str(exc)
+    except torch.cuda.OutOfMemoryError as exc:
+        row["skipped"] = f"oom: {str(exc).splitlines()[0]}"
+    shards.release()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    return row
+
+
+def worker(args: argparse.Namespace) -> int:
+    """Every rank measures every length; rank 0 writes one JSON line per length to ``--jsonl``."""
+
+    from perfguard import profiles
+    from perfguard.engine import rank_group, timing
 
     device = "cpu" if args.smoke else "cuda"
     group = rank_group.join(device)
@@ -133,56 +209,19 @@ def worker(args: argparse.Namespace) -> int:
             for row in exactness(group, device):
                 out.write(json.dumps(row) + "\n")
             out.flush()
+        impls = ["ring"] + (["improved"] if group.world == 1 else [])
         for n in (int(x) for x in args.lengths.split(",")):
-            started = time.perf_counter()
-            row: dict[str, Any] = {
-                "impl": "ring",
-                "seq_len": n,
-                "ranks": group.world,
-                "dtype": dtype,
-                "device": device,
-            }
-            try:
-                case = shards.build("ring", n, dtype, device, profile)
-                p = passes.Pass(case, "forward", case.forward())
-                p.first()
-                if device == "cuda":
-                    memory = p.memory()
-                    peaks = timing.per_rank(float(memory.peak_bytes))
-                    row.update(peak_bytes=max(peaks), peak_per_rank=peaks)
-                result = timing.slowest_rank(p.timing())
-                row.update(forward_s=result.median, samples=len(result.samples), method=result.method,
-                           rank_medians=result.info.get("rank_medians", [result.median]),
-                           stop=result.info.get("stop"), forward_flops=case.forward_flops,
-                           config=case.config, steps_s=dict(p.log))  # fmt: skip
-                if group.world > 1:
-                    exchange = communication.measure(p.fn, device)
-                    shares = timing.per_rank(exchange.share)
-                    row.update(
-                        comm_method=exchange.method,
-                        comm_share=max(shares),
-                        comm_share_per_rank=shares,
-                        comm_s=timing.per_rank(statistics.median(exchange.comm_s)),
-                        exposed_s=timing.per_rank(statistics.median(exchange.exposed_s))
-                        if exchange.exposed_s
-                        else None,
-                        call_s=timing.per_rank(statistics.median(exchange.call_s)),
-                        bytes_sent=timing.per_rank(float(exchange.bytes_sent)),
+            for impl in impls:
+                for pass_name in args.passes.split(","):
+                    row = measure(impl, n, pass_name, group, device, dtype, profile)
+                    row["settings"] = settings
+                    out.write(json.dumps(row) + "\n")
+                    out.flush()
+                    print(
+                        f"[rank {group.rank}] {impl} {pass_name} {n} tokens on {group.world}: "
+                        f"{row.get('time_s', row.get('skipped'))} ({row.get('method')}, {row.get('capture_error')})",
+                        flush=True,
                     )
-                del p, case
-            except cases.Unsupported as exc:
-                row["skipped"] = str(exc)
-            except torch.cuda.OutOfMemoryError as exc:
-                row["skipped"] = f"oom: {str(exc).splitlines()[0]}"
-            shards.release()
-            row["seconds"] = round(time.perf_counter() - started, 1)
-            row["settings"] = settings
-            out.write(json.dumps(row) + "\n")
-            out.flush()
-            print(
-                f"[rank {group.rank}] {n} tokens on {group.world}: {row.get('forward_s', row.get('skipped'))}",
-                flush=True,
-            )
     rank_group.leave()
     return 0
 
@@ -205,7 +244,9 @@ def visible_gpus() -> int:
     return len(nvml_gpus() or [])
 
 
-def run_group(n: int, lengths: list[int], out: Path, smoke: bool, limit: float) -> dict[str, Any]:
+def run_group(
+    n: int, lengths: list[int], out: Path, smoke: bool, limit: float, passes: str
+) -> dict[str, Any]:
     """One torchrun group of ``n`` ranks measuring every length; its log and JSON lines in ``out``."""
     from perfguard.engine.rank_group import LAUNCH_ENV
 
@@ -213,7 +254,7 @@ def run_group(n: int, lengths: list[int], out: Path, smoke: bool, limit: float) 
     jsonl.unlink(missing_ok=True)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", str(n),
                "--max-restarts", "0", str(Path(__file__).resolve()), "--worker", "--jsonl", str(jsonl),
-               "--lengths", ",".join(map(str, lengths))] + (["--smoke"] if smoke else [])  # fmt: skip
+               "--lengths", ",".join(map(str, lengths)), "--passes", passes] + (["--smoke"] if smoke else [])  # fmt: skip
     env = {
         **os.environ,
         **LAUNCH_ENV,
@@ -299,30 +340,39 @@ def aa_check(out: Path, work: Path, smoke: bool, limit: float) -> dict[str, Any]
 
 
 def table(groups: list[dict[str, Any]]) -> str:
-    """The short table: per length and N, time, speedup, per-GPU memory against the 1/N x 1.25 bound, communication."""
-    rows = {(r["seq_len"], g["ranks"]): r for g in groups for r in g["rows"] if "check" not in r}
-    lines = ["| tokens | N | forward (slowest rank) | speedup | peak / GPU | vs N=1 | bound 1.25/N | comm share (exposed) | sent / rank |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
-    for n_tokens in sorted({k[0] for k in rows}):
-        one = rows.get((n_tokens, 1), {})
-        for ranks in sorted(k[1] for k in rows if k[0] == n_tokens):
-            r = rows[(n_tokens, ranks)]
+    """Per length, pass and N: the ring's time against the best one-GPU implementation (ring or
+    improved at N = 1, whichever is faster), and its per-GPU peak against one GPU's (the ring's at
+    N = 1) and the 1.25/N bound."""
+    rows = {(r["seq_len"], r.get("pass", "forward"), r["impl"], g["ranks"]): r
+            for g in groups for r in g["rows"] if "check" not in r}  # fmt: skip
+    lines = ["| tokens | pass | N | ring (slowest rank) | method | sample CV | best one GPU | speed-up | peak / GPU | vs N=1 | bound 1.25/N | comm share |",
+             "| ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for n_tokens, pass_name in sorted({(k[0], k[1]) for k in rows}):
+        ones = [rows.get((n_tokens, pass_name, impl, 1), {}) for impl in ("ring", "improved")]
+        timed = [(r["time_s"], r["impl"]) for r in ones if r.get("time_s")]
+        best = min(timed) if timed else None
+        one_ring = ones[0]
+        for ranks in sorted(k[3] for k in rows if k[:3] == (n_tokens, pass_name, "ring")):
+            r = rows[(n_tokens, pass_name, "ring", ranks)]
             if "skipped" in r:
-                lines.append(f"| {n_tokens} | {ranks} | {r['skipped'][:40]} | | | | | | |")
+                lines.append(f"| {n_tokens} | {pass_name} | {ranks} | {r['skipped'][:50]} | | | | | | | | |")
                 continue
-            t = r["forward_s"]
-            speedup = f"{one['forward_s'] / t:.2f}x" if one.get("forward_s") else "–"
+            t = r["time_s"]
+            best_text = f"{best[0] * 1e3:.2f} ms ({best[1]})" if best else "–"
+            speedup = f"{best[0] / t:.2f}x" if best and ranks > 1 else "–"
             peak = f"{r['peak_bytes'] / GIB:.2f} GiB" if r.get("peak_bytes") else "–"
             ratio = (
-                r["peak_bytes"] / one["peak_bytes"] if r.get("peak_bytes") and one.get("peak_bytes") else None
+                r["peak_bytes"] / one_ring["peak_bytes"]
+                if r.get("peak_bytes") and one_ring.get("peak_bytes")
+                else None
             )
             bound = 1.25 / ranks
             vs = f"{ratio:.3f}" if ratio is not None else "–"
             ok = ("ok" if ratio <= bound else "OVER") if ratio is not None else "–"
+            cv = f"{r['sample_cv']:.2%}" if r.get("sample_cv") is not None else "–"
             share = f"{r['comm_share']:.1%}" if r.get("comm_share") is not None else "–"
-            sent = f"{max(r['bytes_sent']) / 2**20:.1f} MiB" if r.get("bytes_sent") else "–"
             lines.append(
-                f"| {n_tokens} | {ranks} | {t * 1e3:.2f} ms | {speedup} | {peak} | {vs} | {bound:.3f} {ok} | {share} | {sent} |"
+                f"| {n_tokens} | {pass_name} | {ranks} | {t * 1e3:.2f} ms | {r.get('method')} | {cv} | {best_text} | {speedup} | {peak} | {vs} | {bound:.3f} {ok} | {share} |"
             )
     return "\n".join(lines)
 
@@ -341,6 +391,9 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/distributed-work"))
     parser.add_argument(
         "--smoke", action="store_true", help="CPU, gloo, tiny sizes: check the script without a GPU"
+    )
+    parser.add_argument(
+        "--passes", default="forward,forward_backward", help="forward and/or forward_backward"
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--jsonl", type=Path, help=argparse.SUPPRESS)
@@ -385,7 +438,7 @@ def main() -> int:
             if share < 30:
                 groups.append({"ranks": n, "skipped": f"{left():.0f} s left", "rows": []})
                 continue
-            groups.append(run_group(n, lengths, args.out, args.smoke, share))
+            groups.append(run_group(n, lengths, args.out, args.smoke, share, args.passes))
         results["scaling"] = groups
     if "aa" in steps:
         if left() > 60:

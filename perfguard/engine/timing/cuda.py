@@ -66,7 +66,9 @@ def capture(fn: Callable[[], Any]) -> Captured:
     The side-stream call is what ``torch.cuda.graphs`` recommends before capturing (lazy
     initialisation happens outside the capture); its time is kept for the record.  Any capture
     failure means "time it eagerly": the error is returned, never raised.  Under
-    ``torch.distributed`` nothing is captured (collectives).
+    ``torch.distributed`` every rank captures (NCCL's sends, receives and collectives are captured
+    into the graph and run when it replays) and the ranks agree: if one rank could not capture, no
+    rank times a graph, since replays must pair up across ranks.
     """
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -80,8 +82,17 @@ def capture(fn: Callable[[], Any]) -> Captured:
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     eager_s = start.elapsed_time(end) / 1000.0
-    if distributed():
-        return Captured(None, "not captured under torch.distributed", eager_s, host_s)
+    graph, error = _capture_graph(fn)
+    if distributed() and agree(0.0 if graph is None else 1.0, "min") == 0.0 and graph is not None:
+        graph, error = None, "another rank could not capture the call"
+    if graph is not None:
+        graph.replay()  # every rank replays: the graph's sends meet their receives
+        torch.cuda.synchronize()
+    return Captured(graph, error, eager_s, host_s)
+
+
+def _capture_graph(fn: Callable[[], Any]) -> tuple[torch.cuda.CUDAGraph | None, str | None]:
+    """``fn`` captured as a CUDA graph, or why not (nothing runs: a capture only records)."""
     try:
         try:
             graph = torch.cuda.CUDAGraph(keep_graph=True)
@@ -89,13 +100,11 @@ def capture(fn: Callable[[], Any]) -> Captured:
             graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             fn()
-        graph.replay()
-        torch.cuda.synchronize()
-        return Captured(graph, None, eager_s, host_s)
+        return graph, None
     except Exception as exc:  # any capture failure means "time it eagerly"
         torch.cuda.synchronize()  # a failed capture can leave the stream in an error state
         text = str(exc).splitlines()[0][:300] if str(exc) else ""
-        return Captured(None, f"{type(exc).__name__}: {text}", eager_s, host_s)
+        return None, f"{type(exc).__name__}: {text}"
 
 
 def time_cuda(run: Callable[[], Any], s: TimerSettings, method: str, info: dict[str, Any]) -> Timing:
