@@ -550,6 +550,10 @@ class DistributedRingFunction(torch.autograd.Function):
                 home = (j, sent)
                 j += 1
             del kk, vv
+        dq_out = dq.to(q.dtype)  # dq is complete here; its float32 sum goes before dk/dv's last part
+        del dq
         if home is not None:
             ring.add_grads(home[0], home[1].wait(), dk, dv)
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
+        dk_out = dk.to(k.dtype)  # one float32 sum freed before the next conversion: at most one
+        del dk  # float32 and one bf16 shard extra at a time, not three of each (the backward's peak)
+        return dq_out, dk_out, dv.to(v.dtype), None, None, None
