@@ -470,6 +470,17 @@ def _one_by_one(plan: SegmentPlan, pieces, qc: torch.Tensor, kc):
         start += n
 
 
+def _call_by_call(plan: SegmentPlan, pieces, qc: torch.Tensor, kc):
+    """Each kernel call of the pieces: its piece, its keys (``kc``, or its view of
+    :class:`PackedKeys`), its index among the visit's calls (its by-products) and among its piece's
+    calls (``which``).  The backward runs them one at a time: one call's gradients and its kernel's
+    workspace alive, with calls bounded by the plan's ``max_call_rows``."""
+    for piece, keys, calls in _one_by_one(plan, pieces, qc, kc):
+        for j in range(calls.stop - calls.start):
+            one = PackedKeys(keys.length, keys.views[j : j + 1]) if isinstance(keys, PackedKeys) else keys
+            yield piece, one, calls.start + j, slice(j, j + 1)
+
+
 def _attend(plan: SegmentPlan, pieces, qc: torch.Tensor, kc, vc, out, lse, q0: int, q1: int) -> list:
     """Every piece's kernel, each merged into the output before the next runs (one piece alive)."""
     auxes = []
@@ -531,9 +542,9 @@ class DistributedRingFunction(torch.autograd.Function):
             for qi, kc, pieces, q0, q1 in _visits(plan, sched, lane, step):
                 rows = [chunk(x, q0, q1) for x in (q, out, lse, dout)]
                 auxes = ctx.auxes[(qi, kc)]
-                for piece, keys, calls in _one_by_one(plan, pieces, rows[0], kk):  # one piece's grads alive
+                for piece, keys, i, which in _call_by_call(plan, pieces, rows[0], kk):  # one call's grads
                     dq_p, dk_p, dv_p = run_pieces_backward(
-                        plan, [piece], rows[0], keys, vv, rows[1], rows[2], rows[3], auxes[calls]
+                        plan, [piece], rows[0], keys, vv, rows[1], rows[2], rows[3], auxes[i : i + 1], which
                     )
                     sum_into_rows(dq_p, dq, q0, q1)
                     if step == 0:
@@ -550,10 +561,6 @@ class DistributedRingFunction(torch.autograd.Function):
                 home = (j, sent)
                 j += 1
             del kk, vv
-        dq_out = dq.to(q.dtype)  # dq is complete here; its float32 sum goes before dk/dv's last part
-        del dq
         if home is not None:
             ring.add_grads(home[0], home[1].wait(), dk, dv)
-        dk_out = dk.to(k.dtype)  # one float32 sum freed before the next conversion: at most one
-        del dk  # float32 and one bf16 shard extra at a time, not three of each (the backward's peak)
-        return dq_out, dk_out, dv.to(v.dtype), None, None, None
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None

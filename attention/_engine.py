@@ -36,7 +36,7 @@ from attention._kernel_selection import KernelSet
 from attention._lse import attention_with_lse, compute_dtype
 from attention._merge import merge_parts, sum_parts
 from attention._part import Part
-from attention._plan import Call, Piece, build_pieces, fold
+from attention._plan import Call, Piece, build_pieces, fold, split_call
 
 
 @dataclass
@@ -53,6 +53,9 @@ class SegmentPlan:
     is_causal: bool
     scale: float
     kernels: KernelSet
+    # at most this many query rows (B · H' · lq) per kernel call; None: one call per folded piece
+    # (the one-device engines); the sequence-parallel ring bounds it (attention._plan.split_call)
+    max_call_rows: int | None = None
     _pieces: dict[tuple[int, int], list[Piece]] = field(default_factory=dict)
     _calls: dict[tuple, list[Call]] = field(default_factory=dict)
 
@@ -75,7 +78,10 @@ class SegmentPlan:
     def calls(self, piece: Piece, batch: int, q_batch_rows: int, k_batch_rows: int) -> list[Call]:
         key = (id(piece), batch, q_batch_rows, k_batch_rows)
         if key not in self._calls:
-            self._calls[key] = fold(piece, batch, q_batch_rows, k_batch_rows)
+            calls = fold(piece, batch, q_batch_rows, k_batch_rows)
+            if self.max_call_rows is not None:
+                calls = [sub for call in calls for sub in split_call(call, piece.lq, self.max_call_rows)]
+            self._calls[key] = calls
         return self._calls[key]
 
 
@@ -222,15 +228,18 @@ def key_view(x: torch.Tensor, piece: Piece, call: Call) -> torch.Tensor:
     return _view(x, call.k_offset, call.sizes, call.k_strides, piece.lk, piece.t_stride)
 
 
-def _calls_and_keys(plan: SegmentPlan, pieces: Sequence[Piece], qc: torch.Tensor, kc, vc) -> list:
-    """(piece, call, k view, v view) of every call; ``kc`` a chunk tensor or :class:`PackedKeys`."""
+def _calls_and_keys(
+    plan: SegmentPlan, pieces: Sequence[Piece], qc: torch.Tensor, kc, vc, which: slice = slice(None)
+) -> list:
+    """(piece, call, k view, v view) of the calls ``which`` picks (all by default); ``kc`` a chunk
+    tensor or :class:`PackedKeys` (holding the views of the picked calls only)."""
     b, lq, h = qc.shape[0], qc.shape[1], qc.shape[2]
     if isinstance(kc, PackedKeys):
-        calls = piece_calls(plan, pieces, b, lq, kc.length, h)
+        calls = piece_calls(plan, pieces, b, lq, kc.length, h)[which]
         return [(p, call, *kv) for (p, call), kv in zip(calls, kc.views, strict=True)]
     return [
         (p, call, key_view(kc, p, call), key_view(vc, p, call))
-        for p, call in piece_calls(plan, pieces, b, lq, kc.shape[1], h)
+        for p, call in piece_calls(plan, pieces, b, lq, kc.shape[1], h)[which]
     ]
 
 
@@ -262,12 +271,13 @@ def run_pieces_backward(
     lc: torch.Tensor,
     doc: torch.Tensor,
     auxes: Sequence,
+    which: slice = slice(None),
 ) -> tuple[list[Part], list[Part], list[Part]]:
-    """Every piece's kernel backward with the *merged* output and LSE: dq, dk, dv parts (``kc``
-    as in :func:`run_pieces_forward`; the dk, dv parts' values are the calls' ``(B, H', lk, d)``
-    results, their geometry that of the key chunk)."""
+    """Every piece's kernel backward (or the calls ``which`` picks, ``auxes`` theirs) with the
+    *merged* output and LSE: dq, dk, dv parts (``kc`` as in :func:`run_pieces_forward`; the dk, dv
+    parts' values are the calls' ``(B, H', lk, d)`` results, their geometry that of the key chunk)."""
     dq, dk, dv = [], [], []
-    calls = _calls_and_keys(plan, pieces, qc, kc, vc)
+    calls = _calls_and_keys(plan, pieces, qc, kc, vc, which)
     with spread(qc.device, len(calls)) as on:
         for i, ((piece, call, kv, vv), aux) in enumerate(zip(calls, auxes, strict=True)):
             geo_q = (call.q_offset, call.sizes, call.q_strides, piece.lq, piece.t_stride)

@@ -272,6 +272,37 @@ def fold(piece: Piece, batch: int, q_batch_stride: int, k_batch_stride: int) -> 
     return calls
 
 
+def split_call(call: Call, lq: int, max_rows: int) -> list[Call]:
+    """``call`` cut along its batch axis (``B``, else ``H'``) into the fewest calls of at most
+    ``max_rows`` query rows (``B · H' · lq``) each: the same attention, in smaller kernel calls.
+
+    Why: the sequence-parallel backward holds one call's gradients and its kernel's float32
+    workspace at a time; the distributed profile's rate-1 branch is one call over the whole shard
+    (32 segments x 12 heads at 128K tokens on 2 ranks), whose cuDNN backward alone held 5 output
+    shards (docs/perf/distributed.md, issue 33).
+    """
+    b, h = call.sizes
+    if b * h * lq <= max_rows:
+        return [call]
+    axis = 0 if b > 1 else 1
+    size = call.sizes[axis]
+    per = max(1, max_rows // (lq * (h if axis == 0 else b)))
+    out = []
+    for start in range(0, size, per):
+        n = min(per, size - start)
+        sizes = (n, h) if axis == 0 else (b, n)
+        out.append(
+            Call(
+                sizes=sizes,
+                q_strides=call.q_strides,
+                k_strides=call.k_strides,
+                q_offset=call.q_offset + start * call.q_strides[axis],
+                k_offset=call.k_offset + start * call.k_strides[axis],
+            )
+        )
+    return out
+
+
 def hilbert_curve(side: int) -> list[tuple[int, int]]:
     """Points (x, y) of the Hilbert curve filling a ``side x side`` grid (side a power of two)."""
     points = []

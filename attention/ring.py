@@ -47,6 +47,11 @@ from attention._plan import ring_pairs, split_lengths
 from attention.pattern import branch_heads
 
 SINGLE_SHOT_BYTES = 64 * 2**20
+#: A sequence-parallel kernel call holds at most 1/CALL_SHARE of the shard's query rows x heads.
+#: Measured on 2 H200s (128K-1M tokens, docs/perf/distributed.md): the rate-1 branch as one call
+#: made the backward's peak 12.1 output shards, 5.0 of them its cuDNN backward's gradients and
+#: float32 workspace, over the bound of 1.25/N of one GPU's.
+CALL_SHARE = 4
 
 
 def single_shot_bytes(
@@ -205,6 +210,9 @@ class RingDilatedAttention(SegmentEngineAttention):
                 is_causal=bool(is_causal),
                 scale=scale,
                 kernels=KernelSet(q.device, q.dtype, d, self.backend),
+                # the backward holds one call's gradients and workspace at a time: a quarter of
+                # the shard's rows x heads per call keeps them ~1.2 output shards (issue 33)
+                max_call_rows=max(1, max(lengths) * h // CALL_SHARE),
             )
 
         return self._plans.get(key, build)

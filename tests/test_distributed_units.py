@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from attention._distributed import RingSchedule, ring_steps, schedule_for
-from attention._plan import build_pieces, chunk_bounds, chunks_connected, split_lengths
+from attention._plan import Call, build_pieces, chunk_bounds, chunks_connected, split_call, split_lengths
 from perfguard import profiles
 from perfguard.engine import communication, machine, rank_group
 from perfguard.engine.rounds import _describe_group_exit
@@ -329,3 +329,19 @@ def test_plain_asv_skips_the_distributed_suite_with_the_reason(tmp_path: Path) -
     assert proc.returncode == 0, out
     skipped = re.findall(r"asv: skipped: NotImplementedError\('no torch\.distributed process group", out)
     assert len(skipped) == 6, out  # ring, hilbert_ring, multihead_ring x 2048, 4096
+
+
+def test_a_call_over_its_bound_is_cut_into_calls_that_cover_the_same_rows_once() -> None:
+    """The sequence-parallel plan bounds each kernel call's query rows (issue 33: the rate-1
+    branch as one call made the backward's peak 12.1 output shards on 2 H200s)."""
+    call = Call(sizes=(32, 12), q_strides=(24576, 64), k_strides=(24576, 64), q_offset=7, k_offset=3)
+    subs = split_call(call, 2048, 32 * 12 * 2048 // 4)
+    assert [c.sizes for c in subs] == [(8, 12)] * 4
+    assert all(c.sizes[0] * c.sizes[1] * 2048 <= 32 * 12 * 2048 // 4 for c in subs)
+    assert [c.q_offset for c in subs] == [7 + i * 8 * 24576 for i in range(4)]
+    assert [c.k_offset for c in subs] == [3 + i * 8 * 24576 for i in range(4)]
+    uneven = split_call(call, 2048, 5 * 12 * 2048)  # 32 = 6 x 5 + 2
+    assert [c.sizes[0] for c in uneven] == [5] * 6 + [2]
+    one_batch = split_call(Call((1, 12), (0, 64), (0, 64), 0, 0), 1024, 4 * 1024)
+    assert [c.sizes for c in one_batch] == [(1, 4)] * 3 and [c.q_offset for c in one_batch] == [0, 256, 512]
+    assert split_call(call, 2048, 32 * 12 * 2048) == [call]
