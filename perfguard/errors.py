@@ -22,6 +22,26 @@ import traceback
 from datetime import datetime
 from pathlib import Path
 
+
+def error_summary(error: str | None, limit: int = 300) -> str:
+    """One line for a stored benchmark error: what a report's reason shows.
+
+    A stored error is often a whole traceback (``rank 0 of 2: Traceback ... RuntimeError: ...``);
+    a reader needs where it came from (the text before the traceback) and the exception (its
+    last line).  The whole error stays in the store.
+    """
+    lines = [line.strip() for line in (error or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return "no error message"
+    first, last = lines[0], lines[-1]
+    if "Traceback (most recent call last)" in first:
+        where = first.split("Traceback (most recent call last)", 1)[0].strip()
+        text = f"{where} {last}".strip()
+    else:
+        text = first if len(lines) == 1 else f"{first} … {last}"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 EXIT_OK = 0
 EXIT_FAILED = 1  # regression, broken implementation, failed verification
 EXIT_ERROR = 2  # usage or environment error: the message says what to do

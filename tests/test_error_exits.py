@@ -650,3 +650,21 @@ def test_the_ci_step_annotates_exit_70_as_an_internal_error_with_perfguards_mess
     assert message.startswith(
         "internal error (a bug in perfguard, exit 70): ZeroDivisionError: a planted bug"
     )
+
+
+def test_a_stored_traceback_is_summarised_to_where_it_came_from_and_its_exception() -> None:
+    """A failed item's reason (terminal, Markdown, HTML) shows one line, not a rank's traceback."""
+    from perfguard.errors import error_summary
+
+    stored = (
+        'rank 0 of 2: Traceback (most recent call last):\n  File "x.py", line 3, in run\n    fn()\n'
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
+    assert error_summary(stored) == (
+        "rank 0 of 2: RuntimeError: CUDA error: an illegal memory access was encountered"
+    )
+    assert error_summary("rank 0: killed by SIGTERM, rank 1: killed by SIGSEGV") == (
+        "rank 0: killed by SIGTERM, rank 1: killed by SIGSEGV"
+    )
+    assert error_summary(None) == "no error message"
+    assert len(error_summary("x" * 1000)) == 300

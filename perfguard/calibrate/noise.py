@@ -17,6 +17,7 @@ import numpy as np
 from perfguard import stats
 from perfguard.compare import gates
 from perfguard.config import Config
+from perfguard.errors import error_summary
 from perfguard.store.records import ResultRecord
 from perfguard.store.result_info import ResultInfo
 
@@ -59,11 +60,6 @@ class NoiseRow:
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
-
-
-def _last_line(text: str | None) -> str:
-    lines = (text or "").strip().splitlines()
-    return lines[-1][:200] if lines else "no message"
 
 
 def _iqr_ratio(samples: np.ndarray) -> float:
@@ -112,7 +108,8 @@ def process_noise(rounds: Sequence[Sequence[ResultRecord]], config: Config) -> l
             rounds=len(group),
         )
         if status != "ok":
-            rows.append(replace(blank, note=f"{status}: {_last_line((failed or group)[0].error or status)}"))
+            said = error_summary((failed or group)[0].error or status)
+            rows.append(replace(blank, note=f"{status}: {said}"))
             continue
         side = stats.Samples.of([list(r.samples) if r.samples else [r.value] for r in ok])
         iqrs = [_iqr_ratio(r) for r in side.rounds if r.size >= 2]

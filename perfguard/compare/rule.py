@@ -22,6 +22,7 @@ from perfguard.compare.model import (
     describe,
 )
 from perfguard.config import Config, Rule
+from perfguard.errors import error_summary
 from perfguard.metrics import DETERMINISTIC_METRICS, ERROR, REGISTRY, REPORTED_METRICS, WORK_METRICS
 from perfguard.units import format_delta, format_p, format_value
 
@@ -166,12 +167,12 @@ def structural(
     if base is None:
         assert head is not None
         if head.status == "failed":
-            return item(Verdict.FAILED, f"new in head and failed there: {head.error or 'no error'}", False)
+            return item(Verdict.FAILED, f"new in head and failed there: {error_summary(head.error)}", False)
         return item(Verdict.NEW, "new in head: no baseline to compare with", False)
     if head is None:
         return item(Verdict.MISSING, "in the baseline only: not measured in head", False)
     if head.status == "failed" or (head.status == "ok" and head.side.n == 0):
-        error = head.error or "no finite samples"
+        error = error_summary(head.error) if head.error else "no finite samples"
         if base.status == "ok" and base.side.n:
             return item(Verdict.FAILED, f"worked in the baseline, failed in head: {error}")
         before = {"failed": "failed in the baseline too", "skipped": "skipped in the baseline"}

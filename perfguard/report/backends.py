@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from perfguard.engine.suite import BACKENDS
+from perfguard.errors import error_summary
 from perfguard.report import formatting
 from perfguard.store import StoredSeries
 
@@ -130,7 +131,7 @@ def _group(
             row.cells[n] = Cell("ok", point.value, slug=slugs.get((st.benchmark, st.params_key)))
         else:
             status = "skipped" if point.status == "skipped" else "failed"
-            row.cells[n] = Cell(status, reason=_one_line(point.error) or status)
+            row.cells[n] = Cell(status, reason=error_summary(point.error) if point.error else status)
     seq_lens = sorted({n for row in rows.values() for n in row.cells})
     fastest: dict[int, str] = {}
     for n in seq_lens:
@@ -158,12 +159,6 @@ def _group(
         rows=ordered,
         fastest=fastest,
     )
-
-
-def _one_line(text: str | None) -> str:
-    """The last non-empty line of a stored reason or error (a traceback ends with the exception)."""
-    lines = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
 
 
 def chart(group: KernelGroup) -> Any:
