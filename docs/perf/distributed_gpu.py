@@ -6,12 +6,14 @@ every number is the distributed suite's own measurement (``perfguard.engine.shar
 case, ``perfguard.engine.timing`` / ``perfguard.engine.communication`` measure it), logs go to ``--out``, and a
 short table is printed last:
 
-1. ``scaling``: ``ring`` forward at 128K, 512K and 1M tokens (bfloat16, 1 x n x 12 x 64, the
-   distributed profile's segments: the largest is the sequence) on N = 1, 2, 4 GPUs (those the
-   machine has), one ``torchrun`` group per N: the forward time (per call, the slowest rank's;
-   median), each rank's peak memory beyond the inputs and the largest of them against
-   1/N x 1.25 of one GPU's, and the communication share (NCCL kernels; exposed = with no other
-   kernel running) with the bytes each rank sent.  A length that does not fit is "oom".
+1. ``scaling``: ``ring`` at 128K, 512K and 1M tokens (bfloat16, 1 x n x 12 x 64, the distributed
+   profile's segments: the largest is the sequence) on N = 1, 2, 4 GPUs (those the machine has),
+   one ``torchrun`` group per N, and ``improved`` at N = 1 (the other candidate for the best
+   one-GPU implementation); ``--passes`` forward and/or forward_backward.  Per case: the time (per
+   call, the slowest rank's median; graph replay when every rank captured the call, else eager:
+   ``method``), each rank's peak memory beyond the inputs and the largest of them against one
+   GPU's (the table: against the one-GPU ring, the JSON has both), and for the forward the
+   communication share and the bytes each rank sent.  A length that does not fit is "oom".
 2. ``aa``: ``perfguard check --baseline main --profile distributed`` of ``main`` against itself
    (A/A) on the ring at 128K with every GPU of the machine as one rank each: forward time, peak
    memory, work counts and communication, 2 rounds a side (a suspect re-measured 3 rounds a side,
