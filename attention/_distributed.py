@@ -474,8 +474,9 @@ def _sum_call_rows(parts: list[Part], dest: torch.Tensor, lo: int, hi: int) -> N
     """:func:`attention._engine.sum_into_rows`, over only the positions the parts cover.
 
     The sum reads and writes every row of the window it is given; the backward sums one call at a
-    time, so over [lo, hi) each of a piece's calls would rewrite the whole float32 shard (on 2
-    H200s that made the forward+backward 20% slower than summing per piece).  With one sequence
+    time, so over [lo, hi) each of a piece's calls would rewrite the whole float32 shard (the
+    likely cause of e89feb9's forward+backward being ~20% slower on 2 H200s than per-piece sums;
+    docs/perf/distributed.md says what is measured since).  With one sequence
     in the batch the rows of a position are contiguous, so the window shrinks to the span of the
     parts' rows; with more it stays [lo, hi) (the batch stride would change).
     """
