@@ -34,9 +34,9 @@ the steps above, wired), :mod:`~perfguard.gate.verification` (step 2), :mod:`~pe
 check's summary and its reports).
 """
 
-from perfguard.gate.pipeline import CheckOutcome, CheckSides, run_check
+from perfguard.gate.pipeline import CheckOutcome, run_check
 from perfguard.gate.recording import write_reports
-from perfguard.gate.sides import CheckRounds, Retried
+from perfguard.gate.sides import CheckRounds, CheckSides, Retried
 from perfguard.gate.underneath import MAX_UNDERNEATH, MAX_UNDERNEATH_ROWS, underneath_tables
 
 __all__ = [

@@ -1,9 +1,10 @@
 """The PR check's pipeline: :func:`run_check` wires the steps of :mod:`perfguard.gate` together.
 
-What the check compares is fixed once the sides are known (:class:`CheckSides`); the bench it
-measures with is immutable, and what the check learns about it on the way gives a new one: an
-untrusted HEAD is judged by its baseline's rules and suite (:meth:`Bench.with_rules`), and a HEAD
-that is not on the baseline branch stores its rounds untrusted (:meth:`Bench.distrusted`).
+What the check compares is fixed once the sides are known
+(:class:`perfguard.gate.sides.CheckSides`); the bench it measures with is immutable, and what the
+check learns about it on the way gives a new one: an untrusted HEAD is judged by its baseline's
+rules and suite (:meth:`Bench.with_rules`), and a HEAD that is not on the baseline branch stores
+its rounds untrusted (:meth:`Bench.distrusted`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfguard.errors import UsageError
+from perfguard.gate.sides import CheckSides
 
 if TYPE_CHECKING:
     from perfguard.compare import SuiteComparison
-    from perfguard.measuring import Bench, Side
+    from perfguard.measuring import Bench
     from perfguard.report.terminal import TerminalSummary
     from perfguard.store import StoredCheck
-    from perfguard.store.check_summary import Selection
 
 
 @dataclass
@@ -41,20 +42,6 @@ class CheckOutcome:
     terminal: TerminalSummary | None = None
     written: list[Path] = field(default_factory=list)
     store: str = ""
-
-
-@dataclass(frozen=True)
-class CheckSides:
-    """What a check compares: HEAD as measured (its record, where its code is) and the merge-base of
-    the baseline ref (``base_sha``), named by the ref the user gave; ``selection``: the
-    implementations the change reaches (:mod:`perfguard.gate.selection`; None for an A/A check);
-    ``bench``: the user's own ``--bench`` selection (the bench's is narrowed to the selection)."""
-
-    head: Side
-    base_sha: str
-    baseline_ref: str
-    selection: Selection | None = None
-    bench: tuple[str, ...] = ()
 
 
 def run_check(

@@ -12,8 +12,7 @@ from perfguard.store.check_summary import AcceptanceSummary, CheckSummary, Under
 
 if TYPE_CHECKING:
     from perfguard.compare import SuiteComparison
-    from perfguard.gate.pipeline import CheckSides
-    from perfguard.gate.sides import CheckRounds
+    from perfguard.gate.sides import CheckRounds, CheckSides
     from perfguard.measuring import Bench, Rounds
     from perfguard.store import StoredCheck
 

@@ -17,9 +17,23 @@ from perfguard.store.result_info import ResultInfo
 
 if TYPE_CHECKING:
     from perfguard.compare import Item, SuiteComparison
-    from perfguard.gate.pipeline import CheckSides
     from perfguard.measuring import Bench, Rounds, Side
     from perfguard.store import ResultRecord, RunRecord
+    from perfguard.store.check_summary import Selection
+
+
+@dataclass(frozen=True)
+class CheckSides:
+    """What a check compares: HEAD as measured (its record, where its code is) and the merge-base of
+    the baseline ref (``base_sha``), named by the ref the user gave; ``selection``: the
+    implementations the change reaches (:mod:`perfguard.gate.selection`; None for an A/A check);
+    ``bench``: the user's own ``--bench`` selection (the bench's is narrowed to the selection)."""
+
+    head: Side
+    base_sha: str
+    baseline_ref: str
+    selection: Selection | None = None
+    bench: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
