@@ -39,11 +39,11 @@ from attention._distributed import (
     DistributedRingFunction,
     RingSchedule,
     gather_shapes,
-    lanes_for,
     schedule_for,
 )
 from attention._engine_base import SegmentEngineAttention
 from attention._plan import ring_pairs, split_lengths
+from attention._ring_memory import lanes_for
 from attention.pattern import branch_heads
 
 SINGLE_SHOT_BYTES = 64 * 2**20
@@ -175,7 +175,7 @@ class RingDilatedAttention(SegmentEngineAttention):
     ) -> int:
         """How many lanes a sequence-parallel call on shards of ``lengths`` uses: ``ring_lanes``
         if given; one while the longest shard fits in ``single_shot_bytes`` as one piece; else
-        the fewest memory allows (:func:`attention._distributed.lanes_for`).  The same on every
+        the fewest memory allows (:func:`attention._ring_memory.lanes_for`).  The same on every
         rank (a function of the all-gathered lengths), and callable for shapes this process does
         not hold (docs/perf/distributed_ops.py asks it what a GPU would choose)."""
         if self.ring_lanes:

@@ -143,7 +143,7 @@ def test_the_distributed_profile_needs_one_lane_on_gpus(n: int) -> None:
 
 
 def test_lanes_are_the_fewest_that_keep_what_a_rank_holds_in_bound() -> None:
-    from attention._distributed import MAX_LANES, TRANSIENT_SHARE, lanes_for, transient_bytes
+    from attention._ring_memory import MAX_LANES, TRANSIENT_SHARE, lanes_for, transient_bytes
 
     # 4 shards of 512: the segments of 1024 (rate 4) and 2048 (rate 8) cross shard boundaries
     shape = {"batch": 1, "heads": 4, "head_dim": 32, "element_size": 2}
