@@ -40,12 +40,51 @@ def repo_root() -> Path:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     import torch
 
+    items[:] = _slow_modules_first(items, int(getattr(config, "workerinput", {}).get("workercount", 1)))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+def _slow_modules_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """The collection reordered so that every xdist worker starts with its share of the slow tests.
+
+    A third of the suite's time is a few dozen end-to-end tests of 30-170 s (marked ``slow``); in
+    collection order they bunched on one worker, and one that started last kept a core busy
+    minutes after the other had finished (docs/perf/test_suite.md).  ``--dist worksteal`` gives
+    worker *k* the *k*-th contiguous share of this list and later moves tests from the end of the
+    longest queue, so each share begins with whole modules that hold slow tests (dealt greedily by
+    their count of slow tests, the heaviest first) and is filled up with the other modules.
+    Modules stay whole and in their own order (their module-scoped fixtures are built once per
+    worker); the order is the same in every worker, as xdist requires.
+    """
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    weight = {  # the tests marked slow one by one; a module marked slow as a whole counts as one
+        name: sum(1 for i in its if any(m.name == "slow" for m in i.own_markers))
+        or int(any(i.get_closest_marker("slow") for i in its))
+        for name, its in modules.items()
+    }
+    buckets: list[list[pytest.Item]] = [[] for _ in range(max(workers, 1))]
+    loads = [0] * len(buckets)
+    for name in sorted((m for m in modules if weight[m]), key=lambda m: -weight[m]):
+        lightest = loads.index(min(loads))
+        buckets[lightest].extend(modules[name])
+        loads[lightest] += weight[name]
+    rest = [i for name, its in modules.items() if not weight[name] for i in its]
+    order: list[pytest.Item] = []
+    remaining = len(items)
+    for k, bucket in enumerate(buckets):
+        share = remaining // (len(buckets) - k)  # what worksteal's first schedule sends worker k
+        remaining -= share
+        fill = max(share - len(bucket), 0)
+        order += bucket + rest[:fill]
+        rest = rest[fill:]
+    return order + rest
 
 
 # --- PostgreSQL: a real server for the store tests -------------------------------------------------

@@ -56,6 +56,7 @@ def bisect(history: Range, *args: str, out: Path) -> tuple[int, str, str, dict |
     return result.returncode, result.stdout, result.stderr, document
 
 
+@pytest.mark.slow
 def test_finds_the_planted_commit_measuring_six_of_sixteen(history: Range, tmp_path: Path) -> None:
     code, stdout, stderr, document = bisect(
         history, "--good", history.good, "--bad", "main", out=tmp_path / "b.json"

@@ -140,12 +140,14 @@ def baseline_dies_every_time(repo: Path, db: str, tmp_path: Path) -> None:
     assert not out.exists() and _checks(db) == 0  # no check, no report that could read as a pass
 
 
+@pytest.mark.slow
 def test_a_baseline_killed_in_every_re_measurement_fails_the_check_closed_on_sqlite(
     repo: Path, tmp_path: Path, recordings: Recordings
 ) -> None:
     baseline_dies_every_time(repo, recorded_main_sqlite(recordings, repo, tmp_path), tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_a_baseline_killed_in_every_re_measurement_fails_the_check_closed_on_postgresql(
     repo: Path, tmp_path: Path, postgres_recordings: PostgresRecordings
@@ -154,6 +156,7 @@ def test_a_baseline_killed_in_every_re_measurement_fails_the_check_closed_on_pos
     baseline_dies_every_time(repo, db, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_baseline_killed_once_in_the_re_measurement_is_re_measured_never_new(
     repo: Path, tmp_path: Path, recordings: Recordings
 ) -> None:

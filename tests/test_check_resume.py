@@ -121,6 +121,7 @@ def interrupted_then_resumed(repo: Path, db: str, tmp_path: Path, sig: int, code
     assert all(i["base_n"] == 3 and i["head_n"] == 3 for i in items), items  # 3 rounds a side, compared
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
 )
@@ -130,6 +131,7 @@ def test_an_interrupted_check_keeps_its_rounds_and_the_next_resumes_on_sqlite(
     interrupted_then_resumed(repo, f"sqlite:///{tmp_path / 'history.db'}", tmp_path, sig, code)
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_an_interrupted_check_keeps_its_rounds_and_the_next_resumes_on_postgresql(
     repo: Path, tmp_path: Path, postgres_url: str

@@ -15,11 +15,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.project import WORK_BENCH, append_commit, git, perfguard, planted, project_repo
 
 ARGS = ("--bench", WORK_BENCH, "--rounds", "1", "--no-verify")
 
 
+@pytest.mark.slow
 def test_reports_in_the_repository_leave_it_clean_and_the_next_check_reuses_head(tmp_path: Path) -> None:
     repo = project_repo(tmp_path / "repo")
     (repo / ".gitignore").write_text("site/\n")  # a project that does not ignore .perfguard/

@@ -76,6 +76,7 @@ def runs_by_sha(db: str) -> dict[str, list[tuple[str, bool]]]:
     return found
 
 
+@pytest.mark.slow
 def test_a_branch_that_rewrites_the_baseline_beside_it_stops_the_check(tmp_path: Path, db: str) -> None:
     repo = project_repo(tmp_path / "repo")
     main = git(repo, "rev-parse", "HEAD")
@@ -95,6 +96,11 @@ def test_a_branch_that_rewrites_the_baseline_beside_it_stops_the_check(tmp_path:
     assert git(repo, "worktree", "list").count("\n") == 0
 
 
+# SQLite only: which runs are trusted is decided by the check, and the flag is stored and read back
+# by the store, tested on both backends (tests/test_store_trust.py); this flow's PostgreSQL twin cost
+# ~30-50 s of the suite's 2 cores (docs/perf/test_suite.md).  The test above still runs on both.
+@pytest.mark.slow
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
 def test_a_local_check_of_a_branch_stores_nothing_trusted(tmp_path: Path, db: str) -> None:
     repo = project_repo(tmp_path / "repo")
     main = git(repo, "rev-parse", "HEAD")

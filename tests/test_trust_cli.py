@@ -243,6 +243,7 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 WIDE = {"COLUMNS": "400"}  # no cell of a terminal table is cut or wrapped
 
 
+@pytest.mark.slow
 def test_hostile_names_go_through_every_command_and_page_as_written(repo: Path, tmp_path: Path) -> None:
     """run, check (terminal, Markdown, HTML, JSON), history, report --check and the site.
 

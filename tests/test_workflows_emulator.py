@@ -541,6 +541,10 @@ class Runner:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text("")
             process_env = {
+                # the machine's device-lock directory: this test worker's (tests/conftest.py), not the
+                # host's shared default, where another perfguard on the host would queue the job's
+                # measurement (a workflow test waited 8 minutes there behind someone else's check)
+                **{k: os.environ[k] for k in ("PERFGUARD_LOCK_DIR",) if k in os.environ},
                 **self.base_env,
                 **step_env,
                 **{k: str(v) for k, v in files.items()},

@@ -278,10 +278,13 @@ def profile_breakdown(fn: Callable[[], Any], device: str) -> dict[str, Any]:
     One call of ``fn`` under ``torch.profiler``; on CUDA the device time of each kernel (memsets
     and copies included, as the profiler lists them), on the CPU the self CPU time of each op.
     """
-    from torch.profiler import ProfilerActivity, profile
+    # torch.autograd.profiler.profile with Kineto is the profiler torch.profiler.profile builds, minus
+    # its ``hasattr(torch, "_inductor")`` check, which imports Inductor and Dynamo (~2 CPU s) into a
+    # round that compiles nothing (on the CPU; a GPU round's FlexAttention compile loaded them already)
+    from torch.autograd.profiler import profile
 
-    activities = [ProfilerActivity.CUDA] if device == "cuda" else [ProfilerActivity.CPU]
-    with profile(activities=activities) as prof:
+    cuda = device == "cuda"
+    with profile(use_cpu=not cuda, use_device="cuda" if cuda else None, use_kineto=True) as prof:
         fn()
         if device == "cuda":
             torch.cuda.synchronize()

@@ -99,43 +99,102 @@ that are NaN or infinite are ignored (docs/verdicts.md): dropped and counted in
 string, an integer too large for a float) and an empty list for an ``ok`` result are refused.
 """
 
-from perfguard.store.acceptances import (
-    ACCEPTANCE_SOURCES,
-    AcceptanceRecord,
-    StoredAcceptance,
-    short_benchmark,
-)
-from perfguard.store.change_points import ChangePointRecord, StoredChangePoint
-from perfguard.store.history import SeriesPoint, StoredSeries
-from perfguard.store.records import (
-    MEASUREMENT_PURPOSES,
-    PURPOSES,
-    RESULT_STATUSES,
-    CheckItemRecord,
-    CommitRecord,
-    MachineRecord,
-    ResultRecord,
-    RunRecord,
-    StoredCheck,
-    StoredCheckItem,
-    StoredCommit,
-    StoredMachine,
-    StoredResult,
-    StoredRun,
-    params_key,
-)
-from perfguard.store.schema import SchemaState
-from perfguard.store.store import ResultsByKey, Store
-from perfguard.store.url import (
-    RESULTS_ENV_VAR,
-    UNTRUSTED_ENV_VAR,
-    StoreURL,
-    default_url,
-    mask,
-    resolve,
-    resolve_results,
-    untrusted_from_env,
-)
+# The names below are imported when first used (PEP 562): the records travel through the measuring
+# engine's processes (round workers, verify), which must not pay for SQLAlchemy's import (~0.5 CPU s
+# each) to build a ResultRecord; ``from perfguard.store import Store`` reads the same as before.
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perfguard.store.acceptances import (
+        ACCEPTANCE_SOURCES,
+        AcceptanceRecord,
+        StoredAcceptance,
+        short_benchmark,
+    )
+    from perfguard.store.change_points import ChangePointRecord, StoredChangePoint
+    from perfguard.store.history import SeriesPoint, StoredSeries
+    from perfguard.store.records import (
+        MEASUREMENT_PURPOSES,
+        PURPOSES,
+        RESULT_STATUSES,
+        CheckItemRecord,
+        CommitRecord,
+        MachineRecord,
+        ResultRecord,
+        RunRecord,
+        StoredCheck,
+        StoredCheckItem,
+        StoredCommit,
+        StoredMachine,
+        StoredResult,
+        StoredRun,
+        params_key,
+    )
+    from perfguard.store.schema import SchemaState
+    from perfguard.store.store import ResultsByKey, Store
+    from perfguard.store.url import (
+        RESULTS_ENV_VAR,
+        UNTRUSTED_ENV_VAR,
+        StoreURL,
+        default_url,
+        mask,
+        resolve,
+        resolve_results,
+        untrusted_from_env,
+    )
+
+#: name -> the module of this package that defines it
+_MODULE_OF = {
+    "ACCEPTANCE_SOURCES": "acceptances",
+    "AcceptanceRecord": "acceptances",
+    "StoredAcceptance": "acceptances",
+    "short_benchmark": "acceptances",
+    "ChangePointRecord": "change_points",
+    "StoredChangePoint": "change_points",
+    "SeriesPoint": "history",
+    "StoredSeries": "history",
+    "MEASUREMENT_PURPOSES": "records",
+    "PURPOSES": "records",
+    "RESULT_STATUSES": "records",
+    "CheckItemRecord": "records",
+    "CommitRecord": "records",
+    "MachineRecord": "records",
+    "ResultRecord": "records",
+    "RunRecord": "records",
+    "StoredCheck": "records",
+    "StoredCheckItem": "records",
+    "StoredCommit": "records",
+    "StoredMachine": "records",
+    "StoredResult": "records",
+    "StoredRun": "records",
+    "params_key": "records",
+    "SchemaState": "schema",
+    "ResultsByKey": "store",
+    "Store": "store",
+    "RESULTS_ENV_VAR": "url",
+    "UNTRUSTED_ENV_VAR": "url",
+    "StoreURL": "url",
+    "default_url": "url",
+    "mask": "url",
+    "resolve": "url",
+    "resolve_results": "url",
+    "untrusted_from_env": "url",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """``perfguard.store.<name>``: imported from its module the first time it is asked for."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ACCEPTANCE_SOURCES",
