@@ -84,7 +84,7 @@ _TOP_KEYS = {
     "registry",
     "source",
 }
-_RETRY_KEYS = {"enabled", "rounds"}
+_RETRY_KEYS = {"enabled", "rounds", "max_rounds"}
 _SELECTOR_KEYS = ("impl", "benchmark", "metric", "params")
 _SETTING_KEYS = ("threshold", "gate")
 _OVERRIDE_KEYS = {*_SELECTOR_KEYS, *_SETTING_KEYS, "note"}
@@ -147,10 +147,13 @@ class Rule:
 
 @dataclass(frozen=True)
 class RetryConfig:
-    """Re-measurement of suspects: on/off and rounds per side (interleaved, fresh processes)."""
+    """Re-measurement of suspects: on/off, rounds per side (interleaved, fresh processes), and the
+    most rounds a side a suspect still undecided (``unstable``) is extended to, ``rounds`` at a
+    time (docs/verdicts.md, "Stage 2")."""
 
     enabled: bool = True
     rounds: int = 5
+    max_rounds: int = 15
 
 
 @dataclass(frozen=True)
@@ -251,7 +254,11 @@ class Config:
             "bootstrap_resamples": self.bootstrap_resamples,
             "seed": self.seed,
             "rounds": self.rounds,
-            "retry": {"enabled": self.retry.enabled, "rounds": self.retry.rounds},
+            "retry": {
+                "enabled": self.retry.enabled,
+                "rounds": self.retry.rounds,
+                "max_rounds": self.retry.max_rounds,
+            },
             "overrides": [
                 {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in vars(ov).items() if v is not None}
                 for ov in self.overrides
@@ -433,7 +440,9 @@ def _retry(value: Any, source: str, defaults: RetryConfig) -> RetryConfig:
     if not isinstance(enabled, bool):
         raise _bad("retry.enabled", enabled, source, "expected true or false")
     rounds = _integer("retry.rounds", value.get("rounds", defaults.rounds), source, 2, MAX_ROUNDS)
-    return RetryConfig(enabled=enabled, rounds=rounds)
+    most = value.get("max_rounds", max(defaults.max_rounds, rounds))
+    max_rounds = _integer("retry.max_rounds", most, source, rounds, MAX_ROUNDS)
+    return RetryConfig(enabled=enabled, rounds=rounds, max_rounds=max_rounds)
 
 
 def _overrides(value: Any, source: str) -> tuple[Override, ...]:

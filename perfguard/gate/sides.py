@@ -157,7 +157,7 @@ def retry(
     nothing, as ``new``.  Such suspects are re-measured once more, both sides interleaved; if the
     baseline fails again the check stops with exit 2 and stores no check.
     """
-    from perfguard.compare import apply_retry, measurements_from_rounds
+    from perfguard.compare import undecided
     from perfguard.engine.suite import suspect_selection
 
     if not first.suspects:
@@ -198,9 +198,27 @@ def retry(
             [replace(r, results=[x for x in r.results if _source(x) not in keys]) for r in runs[s]] + again[s]
             for s in range(2)
         ]
+    result = _decide(first, runs, bench)
+    measured = n
+    while (more := undecided(result)) and measured + n <= bench.config.retry.max_rounds:
+        measured += n
+        bench.say(
+            f"{len(more)} re-measured suspect(s) still unstable: {n} more rounds each, baseline and HEAD "
+            f"interleaved ({measured} of at most {bench.config.retry.max_rounds})"
+        )
+        extra = bench.measure([base, sides.head], "retry", n, bench=suspect_selection(more, head_rounds))
+        runs = [runs[s] + extra[s] for s in range(2)]
+        result = _decide(first, runs, bench)
+    return Retried(result, len(first.suspects), runs)
+
+
+def _decide(first: SuiteComparison, runs: Sequence[Sequence[RunRecord]], bench: Bench) -> SuiteComparison:
+    """Every suspect decided on all its re-measured rounds (baseline ``runs[0]``, HEAD ``runs[1]``)."""
+    from perfguard.compare import apply_retry, measurements_from_rounds
+
     retry_base = measurements_from_rounds(r.results for r in runs[0])
     retry_head = measurements_from_rounds(r.results for r in runs[1])
-    return Retried(apply_retry(first, retry_base, retry_head, bench.config), len(first.suspects), runs)
+    return apply_retry(first, retry_base, retry_head, bench.config)
 
 
 def _source(result: ResultRecord) -> tuple[str, str]:

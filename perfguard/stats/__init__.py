@@ -25,7 +25,7 @@ API
 ``holm(pvalues)``                                Holm-adjusted p-values (family-wise error control)
 ``noise(rounds)`` / ``Samples.noise``            max within-round IQR/median, CV of round medians
 ``hodges_lehmann_ratio(base, head, direction)``  robust ratio estimate (information only)
-``rounds_better(base_medians, head_medians, d)``  one-sided p of "head better", over round medians
+``rounds_test(base_medians, head_medians, R)``   the test of R over the round medians: p, interval
 
 Modules: :mod:`~perfguard.stats.samples` (one side: its rounds, pooled samples, median and
 noise), :mod:`~perfguard.stats.ratio` (the direction and the oriented ratio of two sides),
@@ -43,13 +43,15 @@ from perfguard.stats.rank_test import (
     mann_whitney_worse_many,
 )
 from perfguard.stats.ratio import Direction, oriented_ratio
-from perfguard.stats.rounds_test import rounds_better
+from perfguard.stats.rounds_test import UNTESTABLE, RoundsTest, rounds_test
 from perfguard.stats.samples import FloatArray, Noise, Samples, noise
 
 __all__ = [
+    "UNTESTABLE",
     "Direction",
     "FloatArray",
     "Noise",
+    "RoundsTest",
     "Samples",
     "Seed",
     "bootstrap_ratio_ci",
@@ -60,5 +62,5 @@ __all__ = [
     "mann_whitney_worse_many",
     "noise",
     "oriented_ratio",
-    "rounds_better",
+    "rounds_test",
 ]
