@@ -216,8 +216,9 @@ class Item(CheckItemRecord):
     ``noise``: the larger
     within-round IQR/median of the two sides.  ``threshold``: the relative threshold in force
     (0.20 = 20%).  ``base_n`` / ``head_n``: samples a side.  Not stored: the CV of round medians,
-    the unadjusted p-value, the Hodges-Lehmann ratio, round counts, where the threshold came from, and
-    for a retried item its stage-1 item (``first``).
+    the unadjusted p-value, the Hodges-Lehmann ratio, round counts, each side's round medians
+    (baseline, head: what a re-measurement pools into its variance), where the threshold came
+    from, and for a retried item its stage-1 item (``first``).
     """
 
     params: dict[str, Any]
@@ -229,6 +230,7 @@ class Item(CheckItemRecord):
     base_rounds: int = 0
     head_rounds: int = 0
     rule_source: str = ""
+    round_medians: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
     first: Item | None = None
 
     @classmethod

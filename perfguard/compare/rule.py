@@ -71,6 +71,7 @@ class Pair:
     ratio: float = math.nan
     ci: tuple[float, float] = (math.nan, math.nan)
     test: stats.RoundsTest = stats.UNTESTABLE
+    prior: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # stage 1's round medians, a side each
     p_adj: float = 1.0
     family: int = 1  # gated timings the p-value was adjusted over (Bonferroni)
     noise: stats.Noise = field(default_factory=lambda: stats.Noise(0.0, None))
@@ -366,6 +367,7 @@ def _pair_item(pair: Pair, verdict: Verdict, reason: str, hl: float | None) -> I
         round_spread=_finite(pair.noise.round_spread),
         p_raw=None if deterministic or not pair.test.testable else pair.test.p,
         hodges_lehmann=_finite(hl) if hl is not None else None,
+        round_medians=(pair.base.side.round_medians, pair.head.side.round_medians),
     )
 
 
@@ -382,7 +384,13 @@ def compare_pairs(pairs: list[Pair], config: Config) -> list[Item]:
     family = max(1, sum(p.gated for p in timing))
     gated_keys = {(p.head.benchmark, p.head.key) for p in timing if p.gated}
     for p in timing:
-        p.test = stats.rounds_test(p.base.side.round_medians, p.head.side.round_medians, p.ratio)
+        p.test = stats.rounds_test(
+            p.base.side.round_medians,
+            p.head.side.round_medians,
+            p.ratio,
+            prior_base=p.prior[0],
+            prior_head=p.prior[1],
+        )
         p.ci = p.test.interval(config.confidence)
         source = derived_source(p.head.benchmark)
         if p.gated or (source is not None and (source, p.head.key) in gated_keys):

@@ -57,6 +57,7 @@ def _compare(
     broken_impls: Iterable[str] = (),
     *,
     only: set[tuple[str, str]] | None = None,
+    prior: dict[tuple[str, str], Item] | None = None,
 ) -> list[Item]:
     b = _index(base, "the baseline")
     h = _index(head, "head")
@@ -66,7 +67,12 @@ def _compare(
     slots: list[Item | Pair] = [
         structural(b.get(k), h.get(k), config, (h.get(k) or b[k]).impl in broken) for k in keys
     ]
-    compared = iter(compare_pairs([s for s in slots if isinstance(s, Pair)], config))
+    pairs = [s for s in slots if isinstance(s, Pair)]
+    for pair in pairs:  # a re-measurement pools stage 1's spread of each side into its variance
+        earlier = (prior or {}).get((pair.head.benchmark, pair.head.key))
+        if earlier is not None:
+            pair.prior = earlier.round_medians
+    compared = iter(compare_pairs(pairs, config))
     items = [next(compared) if isinstance(s, Pair) else s for s in slots]
     seen = {i.impl for i in items}
     for impl in sorted(broken - seen):  # a broken implementation with no benchmark at all
@@ -157,9 +163,11 @@ def decide_after_retry(first: Item, retry: Item) -> Item:
     of stage 1, over its own rounds: the stage-1 data were taken in two sessions, which is what
     made the item a suspect.  Both measurements must agree on the direction: a regression (or an
     improvement) on re-measurement of a suspect that the first measurement saw move the other
-    way is ``unstable`` (docs/verdicts.md, "Stage 2").  The process-to-process spread of the
-    rounds is inside the interval over rounds, so a consistent slowdown beyond the threshold in
-    both stages fails however far apart same-code processes land (issue 30).
+    way is ``unstable`` (docs/verdicts.md, "Stage 2").  How far apart fresh processes of the same
+    code landed in the first measurement is pooled into the re-measurement's variance
+    (:func:`apply_retry`), so it widens the interval instead of vetoing the verdict: a consistent
+    slowdown beyond the threshold in both stages fails however far apart same-code processes
+    land, once enough rounds show it (issue 30).
     """
     if first.key != retry.key:
         raise ValueError(f"retry of {retry.benchmark} ({retry.params_key}) given for {first.key}")
@@ -194,7 +202,9 @@ def apply_retry(
     wanted = set(first.suspect_keys)
     # Derived items of a suspect come from the same re-measured samples: their numbers follow too.
     followers = {i.key for i in first.items if _source_key(i) in wanted}
-    retried = {i.key: i for i in _compare(base, head, config, only=wanted | followers)}
+    keys = wanted | followers
+    prior = {i.key: i for i in first.items if i.key in keys}
+    retried = {i.key: i for i in _compare(base, head, config, only=keys, prior=prior)}
     out = []
     for item in first.items:
         if item.key in followers and item.key in retried:

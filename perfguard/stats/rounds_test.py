@@ -12,6 +12,9 @@ time is multiplicative):
   standard deviation of a side's log round medians: everything that moves a round's median
   (within-round sampling, process-to-process noise, load) is in it;
 * Welch's degrees of freedom (the two sides' spreads differ: a busier session, a noisier head);
+* on a re-measurement, the spread of the same side's rounds in the first measurement pooled into
+  each side's variance (how far apart fresh processes of the same code land is a property of the
+  benchmark on this machine, seen in both stages);
 * the interval ``R * exp(+-q * se)`` with ``q`` Student's quantile, and the two-sided p of
   ``|log R| / se``: the p-value and the interval are the same test, so p < 1 - confidence
   exactly when the interval excludes 1.
@@ -58,16 +61,36 @@ class RoundsTest:
 UNTESTABLE = RoundsTest(log_ratio=math.nan, se=math.nan, df=math.nan, p=1.0, testable=False)
 
 
+def _log_variance(medians: np.ndarray, ref: float, prior: Sequence[float]) -> tuple[float, int]:
+    """The variance of one side's log round medians and its degrees of freedom, pooled with the
+    same side's rounds of an earlier measurement (``prior``, centred on their own mean: another
+    session may sit higher or lower as a whole, but its processes scatter as these do)."""
+    groups = [np.log(medians / ref)]
+    p = np.asarray(prior, dtype=np.float64)
+    if p.size >= 2 and np.all(p > 0):
+        groups.append(np.log(p / ref))
+    squares = sum(float(np.sum((g - g.mean()) ** 2)) for g in groups)
+    df = sum(g.size - 1 for g in groups)
+    return squares / df, df
+
+
 def rounds_test(
     base_medians: Sequence[float],
     head_medians: Sequence[float],
     ratio: float,
+    *,
+    prior_base: Sequence[float] = (),
+    prior_head: Sequence[float] = (),
 ) -> RoundsTest:
     """The test of the oriented ratio of medians ``ratio`` (R > 1 = worse) over the round medians.
 
-    ``ratio`` is the point estimate the verdict states (the ratio of the pooled medians);
-    the round medians give its standard error.  Untestable (:data:`UNTESTABLE`) with fewer than
-    two rounds on a side, a non-positive round median or a ratio that is not finite and positive.
+    ``ratio`` is the point estimate the verdict states (the ratio of the pooled medians); the
+    round medians give its standard error.  ``prior_base`` / ``prior_head``: each side's round
+    medians from an earlier measurement of the same code (stage 1, when this is the re-measurement):
+    how far apart its fresh processes landed is pooled into the variance (never into the estimate),
+    so a re-measurement whose few rounds happen to agree cannot hide the spread stage 1 saw.
+    Untestable (:data:`UNTESTABLE`) with fewer than two rounds on a side, a non-positive round
+    median or a ratio that is not finite and positive.
     """
     b = np.asarray(base_medians, dtype=np.float64)
     h = np.asarray(head_medians, dtype=np.float64)
@@ -76,13 +99,13 @@ def rounds_test(
     if not (math.isfinite(ratio) and ratio > 0):
         return UNTESTABLE
     ref = float(b[0])  # logs of ratios to one value: the same numbers in any unit
-    lb, lh = np.log(b / ref), np.log(h / ref)
-    vb = float(np.var(lb, ddof=1)) / b.size
-    vh = float(np.var(lh, ddof=1)) / h.size
+    var_b, df_b = _log_variance(b, ref, prior_base)
+    var_h, df_h = _log_variance(h, ref, prior_head)
+    vb, vh = var_b / b.size, var_h / h.size
     log_ratio = math.log(ratio)
     se = math.sqrt(vb + vh)
     if se == 0:  # every round repeats exactly: the ratio is known as well as it can be
         return RoundsTest(log_ratio, 0.0, math.inf, 1.0 if log_ratio == 0 else 0.0, True)
-    df = (vb + vh) ** 2 / (vb**2 / (b.size - 1) + vh**2 / (h.size - 1))
+    df = (vb + vh) ** 2 / (vb**2 / df_b + vh**2 / df_h)
     p = float(2.0 * stats.t.sf(abs(log_ratio) / se, df))
     return RoundsTest(log_ratio, se, df, min(1.0, p) if math.isfinite(p) else 1.0, True)
