@@ -185,7 +185,6 @@ def test_twice_the_work_is_a_regression_with_a_readable_reason() -> None:
     assert item.ci_low is not None and item.ci_high is not None and item.ratio is not None
     assert item.ci_low < item.ratio < item.ci_high
     assert item.p_value is not None and item.p_value < 1e-4  # 3 + 3 rounds: the units of the test
-    assert item.hodges_lehmann == pytest.approx(2.0, rel=0.03)
     assert (item.base_n, item.head_n, item.base_rounds, item.head_rounds) == (180, 180, 3, 3)
     assert re.fullmatch(
         r"forward time [12]\.\d\d× slower "

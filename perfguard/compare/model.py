@@ -216,7 +216,7 @@ class Item(CheckItemRecord):
     ``noise``: the larger
     within-round IQR/median of the two sides.  ``threshold``: the relative threshold in force
     (0.20 = 20%).  ``base_n`` / ``head_n``: samples a side.  Not stored: the CV of round medians,
-    the unadjusted p-value, the Hodges-Lehmann ratio, round counts, each side's round medians
+    the unadjusted p-value, round counts, each side's round medians
     (baseline, head: what a re-measurement pools into its variance), where the threshold came
     from, and for a retried item its stage-1 item (``first``).
     """
@@ -226,7 +226,6 @@ class Item(CheckItemRecord):
     round_cv: float | None = None
     round_spread: float | None = None
     p_raw: float | None = None
-    hodges_lehmann: float | None = None
     base_rounds: int = 0
     head_rounds: int = 0
     rule_source: str = ""

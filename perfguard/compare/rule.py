@@ -346,7 +346,7 @@ def _decide_accuracy(pair: Pair, config: Config) -> tuple[Verdict, str]:
     return Verdict.UNCHANGED, f"{change}, within threshold {hi:.2f} above {floor_text}"
 
 
-def _pair_item(pair: Pair, verdict: Verdict, reason: str, hl: float | None) -> Item:
+def _pair_item(pair: Pair, verdict: Verdict, reason: str) -> Item:
     deterministic = pair.head.metric in DETERMINISTIC_METRICS
     return _item(
         pair.base,
@@ -366,7 +366,6 @@ def _pair_item(pair: Pair, verdict: Verdict, reason: str, hl: float | None) -> I
         round_cv=_finite(pair.noise.round_cv),
         round_spread=_finite(pair.noise.round_spread),
         p_raw=None if deterministic or not pair.test.testable else pair.test.p,
-        hodges_lehmann=_finite(hl) if hl is not None else None,
         round_medians=(pair.base.side.round_medians, pair.head.side.round_medians),
     )
 
@@ -398,7 +397,6 @@ def compare_pairs(pairs: list[Pair], config: Config) -> list[Item]:
         p.p_adj = min(1.0, p.test.p * p.family)
     items = []
     for p in pairs:
-        hl: float | None = None
         if p.head.metric in WORK_METRICS:
             verdict, reason = _decide_work(p)
         elif p.head.metric == ERROR:
@@ -407,7 +405,5 @@ def compare_pairs(pairs: list[Pair], config: Config) -> list[Item]:
             verdict, reason = _decide_memory(p, config)
         else:
             verdict, reason = _decide_timing(p, config)
-            if verdict is not Verdict.UNCHANGED:
-                hl = stats.hodges_lehmann_ratio(p.base.side.pooled, p.head.side.pooled, p.head.direction)
-        items.append(_pair_item(p, verdict, reason, hl))
+        items.append(_pair_item(p, verdict, reason))
     return items
