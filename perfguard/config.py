@@ -141,7 +141,7 @@ class Rule:
 class RetryConfig:
     """Re-measurement of suspects: on/off, rounds per side (interleaved, fresh processes), and the
     most rounds a side a suspect still undecided (``unstable``) is extended to, ``rounds`` at a
-    time (docs/verdicts.md, "Stage 2")."""
+    time (default: three times ``rounds``, three looks; docs/verdicts.md, "Stage 2")."""
 
     enabled: bool = True
     rounds: int = 5
@@ -435,7 +435,8 @@ def _retry(value: Any, source: str, defaults: RetryConfig) -> RetryConfig:
     if not isinstance(enabled, bool):
         raise _bad("retry.enabled", enabled, source, "expected true or false")
     rounds = _integer("retry.rounds", value.get("rounds", defaults.rounds), source, 2, MAX_ROUNDS)
-    most = value.get("max_rounds", max(defaults.max_rounds, rounds))
+    # by default three looks: the rounds of the first re-measurement, then twice as many more
+    most = value.get("max_rounds", min(3 * rounds, MAX_ROUNDS))
     max_rounds = _integer("retry.max_rounds", most, source, rounds, MAX_ROUNDS)
     return RetryConfig(enabled=enabled, rounds=rounds, max_rounds=max_rounds)
 

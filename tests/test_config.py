@@ -246,7 +246,9 @@ def test_a_removed_key_says_why(tmp_path: Path, key: str) -> None:
     assert f"{key!r} in [tool.perfguard] is no longer a setting" in err.value.format_message()
 
 
-def test_retry_max_rounds_defaults_to_at_least_rounds(tmp_path: Path) -> None:
+def test_retry_max_rounds_defaults_to_three_looks(tmp_path: Path) -> None:
     assert load_config(write(tmp_path, "[tool.perfguard]\n")).retry == RetryConfig(True, 5, 15)
-    path = write(tmp_path, "[tool.perfguard.retry]\nrounds = 20\n")
-    assert load_config(path).retry == RetryConfig(True, 20, 20)
+    path = write(tmp_path, "[tool.perfguard.retry]\nrounds = 2\n")
+    assert load_config(path).retry == RetryConfig(True, 2, 6)
+    path = write(tmp_path, "[tool.perfguard.retry]\nrounds = 400\n")
+    assert load_config(path).retry == RetryConfig(True, 400, 1000)
