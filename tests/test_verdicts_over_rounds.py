@@ -119,9 +119,9 @@ def test_every_p_and_interval_shown_is_the_one_the_verdict_used() -> None:
     base, head = item.round_medians
     assert item.first is not None
     again = stats.rounds_test(
-        base, head, item.ratio or math.nan, prior_base=item.first.round_medians[0],
-        prior_head=item.first.round_medians[1],
-    )  # fmt: skip
+        base, head, prior_base=item.first.round_medians[0], prior_head=item.first.round_medians[1]
+    )
+    assert item.ratio == pytest.approx(math.exp(again.log_ratio))
     assert item.p_value == pytest.approx(again.p)  # a family of one
     assert (item.ci_low, item.ci_high) == pytest.approx(again.interval(CONFIG.confidence))
     assert f"95% CI {item.ci_low:.2f}–{item.ci_high:.2f}, rounds p=" in item.reason
@@ -151,7 +151,7 @@ def test_a_derived_row_stores_its_own_p() -> None:
     source = items[("multihead_ring", FWD)]
     derived = items[("multihead_ring", TOKENS)]
     assert derived.verdict is source.verdict
-    own = stats.rounds_test(*derived.round_medians, derived.ratio or math.nan)
+    own = stats.rounds_test(*derived.round_medians, "higher")
     assert derived.p_value == pytest.approx(min(1.0, 2 * own.p))
     assert derived.p_value != source.p_value
     assert (derived.ci_low, derived.ci_high) == pytest.approx(own.interval(CONFIG.confidence))

@@ -386,10 +386,12 @@ def compare_pairs(pairs: list[Pair], config: Config) -> list[Item]:
         p.test = stats.rounds_test(
             p.base.side.round_medians,
             p.head.side.round_medians,
-            p.ratio,
+            p.head.direction,
             prior_base=p.prior[0],
             prior_head=p.prior[1],
         )
+        if p.test.testable:  # the estimate the test is about: the ratio of the rounds' geometric means
+            p.ratio = math.exp(p.test.log_ratio)
         p.ci = p.test.interval(config.confidence)
         source = derived_source(p.head.benchmark)
         if p.gated or (source is not None and (source, p.head.key) in gated_keys):

@@ -7,7 +7,8 @@ because the same code's processes landed 1.48x apart.  Rounds are the independen
 timing is tested on its round medians, in logarithms (a ratio of medians is a difference of logs;
 time is multiplicative):
 
-* the estimate is log R, the oriented log ratio of the two sides' medians;
+* the estimate is log R, the oriented difference of the two sides' mean log round medians (R is
+  the ratio of the geometric means of the round medians);
 * its standard error is the between-round one, ``sqrt(s_b^2 / k_b + s_h^2 / k_h)`` with ``s`` the
   standard deviation of a side's log round medians: everything that moves a round's median
   (within-round sampling, process-to-process noise, load) is in it;
@@ -16,8 +17,8 @@ time is multiplicative):
   each side's variance (how far apart fresh processes of the same code land is a property of the
   benchmark on this machine, seen in both stages);
 * the interval ``R * exp(+-q * se)`` with ``q`` Student's quantile, and the two-sided p of
-  ``|log R| / se``: the p-value and the interval are the same test, so p < 1 - confidence
-  exactly when the interval excludes 1.
+  ``|log R| / se`` (Welch's t-test): the p-value and the interval are the same test, so
+  p < 1 - confidence exactly when the interval excludes 1.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
+
+from perfguard.stats.ratio import Direction, check_direction
 
 
 @dataclass(frozen=True)
@@ -77,32 +80,33 @@ def _log_variance(medians: np.ndarray, ref: float, prior: Sequence[float]) -> tu
 def rounds_test(
     base_medians: Sequence[float],
     head_medians: Sequence[float],
-    ratio: float,
+    direction: Direction = "lower",
     *,
     prior_base: Sequence[float] = (),
     prior_head: Sequence[float] = (),
 ) -> RoundsTest:
-    """The test of the oriented ratio of medians ``ratio`` (R > 1 = worse) over the round medians.
+    """The test of head against base over their round medians (> 1 = worse, per ``direction``).
 
-    ``ratio`` is the point estimate the verdict states (the ratio of the pooled medians); the
-    round medians give its standard error.  ``prior_base`` / ``prior_head``: each side's round
-    medians from an earlier measurement of the same code (stage 1, when this is the re-measurement):
-    how far apart its fresh processes landed is pooled into the variance (never into the estimate),
-    so a re-measurement whose few rounds happen to agree cannot hide the spread stage 1 saw.
-    Untestable (:data:`UNTESTABLE`) with fewer than two rounds on a side, a non-positive round
-    median or a ratio that is not finite and positive.
+    The estimate is the ratio of the geometric means of the round medians, so the estimate and its
+    standard error come from the same numbers (a pooled median can jump between the two speeds of
+    a bimodal benchmark when one round changes sides, far beyond what the rounds' spread says).
+    ``prior_base`` / ``prior_head``: each side's round medians from an earlier measurement of the
+    same code (stage 1, when this is the re-measurement): how far apart its fresh processes landed
+    is pooled into the variance (never into the estimate), so a re-measurement whose few rounds
+    happen to agree cannot hide the spread stage 1 saw.  Untestable (:data:`UNTESTABLE`) with
+    fewer than two rounds on a side or a non-positive round median.
     """
+    check_direction(direction)
     b = np.asarray(base_medians, dtype=np.float64)
     h = np.asarray(head_medians, dtype=np.float64)
     if b.size < 2 or h.size < 2 or not (np.all(b > 0) and np.all(h > 0)):
-        return UNTESTABLE
-    if not (math.isfinite(ratio) and ratio > 0):
         return UNTESTABLE
     ref = float(b[0])  # logs of ratios to one value: the same numbers in any unit
     var_b, df_b = _log_variance(b, ref, prior_base)
     var_h, df_h = _log_variance(h, ref, prior_head)
     vb, vh = var_b / b.size, var_h / h.size
-    log_ratio = math.log(ratio)
+    worse = float(np.mean(np.log(h / ref)) - np.mean(np.log(b / ref)))
+    log_ratio = worse if direction == "lower" else -worse
     se = math.sqrt(vb + vh)
     if se == 0:  # every round repeats exactly: the ratio is known as well as it can be
         return RoundsTest(log_ratio, 0.0, math.inf, 1.0 if log_ratio == 0 else 0.0, True)
