@@ -201,12 +201,24 @@ def retry(
     result = _decide(first, runs, bench)
     measured = n
     while (more := undecided(result)) and measured + n <= bench.config.retry.max_rounds:
-        measured += n
         bench.say(
             f"{len(more)} re-measured suspect(s) still unstable: {n} more rounds each, baseline and HEAD "
-            f"interleaved ({measured} of at most {bench.config.retry.max_rounds})"
+            f"interleaved (rounds {measured + 1}-{measured + n} of at most {bench.config.retry.max_rounds})"
         )
-        extra = bench.measure([base, sides.head], "retry", n, bench=suspect_selection(more, head_rounds))
+        selection = suspect_selection(more, head_rounds)  # rounds numbered on: "round 6/10"
+        extra = bench.measure([base, sides.head], "retry", measured + n, bench=selection, done=[measured] * 2)
+        measured += n
+        lost = _unmeasured(more, extra[0])
+        if lost:  # never decided on a baseline that gave nothing: these keep the rounds they have
+            bench.say(
+                f"the baseline's extra rounds of {len(lost)} suspect(s) gave no usable number "
+                f"({_name_failures(lost)}): they are decided on their earlier rounds"
+            )
+            keys = {i.key for i, _ in lost}
+            extra = [
+                [replace(r, results=[x for x in r.results if _source(x) not in keys]) for r in extra[s]]
+                for s in range(2)
+            ]
         runs = [runs[s] + extra[s] for s in range(2)]
         result = _decide(first, runs, bench)
     return Retried(result, len(first.suspects), runs)
