@@ -43,15 +43,9 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 MiB = 1024 * 1024
 
 # Bounds of the integer settings, checked when the file is read (before anything is measured): a
-# value beyond them would fail later, after minutes of measuring (2e11 bootstrap resamples ask for
-# terabytes), or never finish (1e17 rounds).
-#: Resamples of the bootstrap: the default 2,000 already puts its Monte Carlo error far below the
-#: threshold; each resample costs memory for every sample of a round (docs/verdicts.md).
-MAX_RESAMPLES = 100_000
+# value beyond them would fail later, after minutes of measuring, or never finish (1e17 rounds).
 #: Rounds a side (and retry rounds): each is a fresh process of the whole selection.
 MAX_ROUNDS = 1_000
-#: The seed of the bootstrap's generator: any 64-bit value.
-MAX_SEED = 2**64 - 1
 #: ``memory_floor_bytes``: 1 EiB, beyond any GPU's memory.
 MAX_BYTES = 2**60
 
@@ -74,8 +68,6 @@ _TOP_KEYS = {
     "max_iqr_ratio",
     "max_round_cv",
     "suspect_fraction",
-    "bootstrap_resamples",
-    "seed",
     "rounds",
     "retry",
     "override",
@@ -84,7 +76,7 @@ _TOP_KEYS = {
     "registry",
     "source",
 }
-_RETRY_KEYS = {"enabled", "rounds"}
+_RETRY_KEYS = {"enabled", "rounds", "max_rounds"}
 _SELECTOR_KEYS = ("impl", "benchmark", "metric", "params")
 _SETTING_KEYS = ("threshold", "gate")
 _OVERRIDE_KEYS = {*_SELECTOR_KEYS, *_SETTING_KEYS, "note"}
@@ -147,10 +139,13 @@ class Rule:
 
 @dataclass(frozen=True)
 class RetryConfig:
-    """Re-measurement of suspects: on/off and rounds per side (interleaved, fresh processes)."""
+    """Re-measurement of suspects: on/off, rounds per side (interleaved, fresh processes), and the
+    most rounds a side a suspect still undecided (``unstable``) is extended to, ``rounds`` at a
+    time (default: three times ``rounds``, three looks; docs/verdicts.md, "Stage 2")."""
 
     enabled: bool = True
     rounds: int = 5
+    max_rounds: int = 15
 
 
 @dataclass(frozen=True)
@@ -171,8 +166,6 @@ class Config:
     max_iqr_ratio: float = 0.10
     max_round_cv: float = 0.05
     suspect_fraction: float = 0.75
-    bootstrap_resamples: int = 2000
-    seed: int = 0
     rounds: int = 3  # rounds (fresh processes) a side of a measurement (research/gpu_timing.md §0)
     retry: RetryConfig = field(default_factory=RetryConfig)
     overrides: tuple[Override, ...] = ()
@@ -248,10 +241,12 @@ class Config:
             "max_iqr_ratio": self.max_iqr_ratio,
             "max_round_cv": self.max_round_cv,
             "suspect_fraction": self.suspect_fraction,
-            "bootstrap_resamples": self.bootstrap_resamples,
-            "seed": self.seed,
             "rounds": self.rounds,
-            "retry": {"enabled": self.retry.enabled, "rounds": self.retry.rounds},
+            "retry": {
+                "enabled": self.retry.enabled,
+                "rounds": self.retry.rounds,
+                "max_rounds": self.retry.max_rounds,
+            },
             "overrides": [
                 {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in vars(ov).items() if v is not None}
                 for ov in self.overrides
@@ -342,12 +337,6 @@ def parse_config(table: Mapping[str, Any], *, source: str = "[tool.perfguard]") 
         kw["suspect_fraction"] = _number(
             "suspect_fraction", table["suspect_fraction"], source, lo=0.0, hi=1.0, what="in (0, 1]"
         )
-    if "bootstrap_resamples" in table:
-        kw["bootstrap_resamples"] = _integer(
-            "bootstrap_resamples", table["bootstrap_resamples"], source, 100, MAX_RESAMPLES
-        )
-    if "seed" in table:
-        kw["seed"] = _integer("seed", table["seed"], source, 0, MAX_SEED)
     if "rounds" in table:
         kw["rounds"] = _integer("rounds", table["rounds"], source, 1, MAX_ROUNDS)
     if "retry" in table:
@@ -361,8 +350,21 @@ def _bad(key: str, value: Any, source: str, expected: str, hint: str | None = No
     return ConfigError(f"{source}: {key} = {value!r} is not valid: {expected}", hint=hint)
 
 
+#: Keys of older versions, with what replaced them (issue 30: the interval over rounds needs no
+#: resampling and no seed).
+_REMOVED = {
+    "bootstrap_resamples": "timings are tested over their round medians, with no bootstrap",
+    "seed": "timings are tested over their round medians, with no bootstrap to seed",
+}
+
+
 def _reject_unknown(table: Mapping[str, Any], known: set[str], where: str, source: str) -> None:
     unknown = sorted(set(table) - known)
+    if unknown and unknown[0] in _REMOVED:
+        raise ConfigError(
+            f"{source}: {unknown[0]!r} in {where} is no longer a setting: {_REMOVED[unknown[0]]}",
+            hint=f"remove {unknown[0]!r} (docs/verdicts.md, 'The rule for a timing')",
+        )
     if unknown:
         raise ConfigError(
             f"{source}: unknown key {unknown[0]!r} in {where}",
@@ -433,7 +435,10 @@ def _retry(value: Any, source: str, defaults: RetryConfig) -> RetryConfig:
     if not isinstance(enabled, bool):
         raise _bad("retry.enabled", enabled, source, "expected true or false")
     rounds = _integer("retry.rounds", value.get("rounds", defaults.rounds), source, 2, MAX_ROUNDS)
-    return RetryConfig(enabled=enabled, rounds=rounds)
+    # by default three looks: the rounds of the first re-measurement, then twice as many more
+    most = value.get("max_rounds", min(3 * rounds, MAX_ROUNDS))
+    max_rounds = _integer("retry.max_rounds", most, source, rounds, MAX_ROUNDS)
+    return RetryConfig(enabled=enabled, rounds=rounds, max_rounds=max_rounds)
 
 
 def _overrides(value: Any, source: str) -> tuple[Override, ...]:

@@ -169,8 +169,7 @@ def error_for(exc: Exception) -> PerfguardError:
     if isinstance(exc, MemoryError):
         return PerfguardError(
             "perfguard ran out of memory",
-            hint="free memory on this machine, or measure less at once (--bench); "
-            "[tool.perfguard] bootstrap_resamples sets the size of the largest arrays",
+            hint="free memory on this machine, or measure less at once (--bench)",
         )
     return InternalError(exc, save_traceback(exc))
 

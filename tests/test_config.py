@@ -71,19 +71,18 @@ confidence = 0.99
 max_iqr_ratio = 0.2
 max_round_cv = 0.08
 suspect_fraction = 0.5
-bootstrap_resamples = 500
-seed = 7
 
 [tool.perfguard.retry]
 enabled = false
 rounds = 7
+max_rounds = 21
 """,
     )
     c = load_config(path)
     assert (c.threshold, c.effective_memory_threshold, c.memory_floor_bytes) == (0.25, 0.1, 1024**3)
     assert (c.alpha, c.confidence, c.max_iqr_ratio, c.max_round_cv) == (0.001, 0.99, 0.2, 0.08)
-    assert (c.suspect_fraction, c.bootstrap_resamples, c.seed) == (0.5, 500, 7)
-    assert c.retry == RetryConfig(enabled=False, rounds=7)
+    assert c.suspect_fraction == 0.5
+    assert c.retry == RetryConfig(enabled=False, rounds=7, max_rounds=21)
     assert c.source == str(path)
     assert c.to_dict()["memory_threshold"] == 0.1
     assert c.effective_work_threshold == 0.05 and c.to_dict()["work_threshold"] == 0.05
@@ -102,7 +101,7 @@ rounds = 7
         ("max_round_cv = -0.1", "max_round_cv", "-0.1"),
         ("memory_floor_bytes = '64 potatoes'", "memory_floor_bytes", "'64 potatoes'"),
         ("memory_floor_bytes = -1", "memory_floor_bytes", "-1"),
-        ("bootstrap_resamples = 10", "bootstrap_resamples", "10"),
+        ("[tool.perfguard.retry]\nrounds = 6\nmax_rounds = 5", "retry.max_rounds", "5"),
         ("retry = 5", "retry", "5"),
         ("[tool.perfguard.retry]\nrounds = 1", "retry.rounds", "1"),
         ("[tool.perfguard.retry]\nenabled = 'yes'", "retry.enabled", "'yes'"),
@@ -235,3 +234,21 @@ def test_to_dict_is_json_able() -> None:
     config = parse_config({"override": [{"impl": "ring", "params": {"seq_len": 256}, "gate": False}]})
     data = json.loads(json.dumps(config.to_dict()))
     assert data["overrides"] == [{"impl": "ring", "params": {"seq_len": 256}, "gate": False}]
+
+
+@pytest.mark.parametrize("key", ["bootstrap_resamples", "seed"])
+def test_a_removed_key_says_why(tmp_path: Path, key: str) -> None:
+    """Issue 30: the interval is over rounds; the bootstrap's settings are gone, and saying so beats
+    "unknown key"."""
+    path = write(tmp_path, f"[tool.perfguard]\n{key} = 7\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert f"{key!r} in [tool.perfguard] is no longer a setting" in err.value.format_message()
+
+
+def test_retry_max_rounds_defaults_to_three_looks(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, "[tool.perfguard]\n")).retry == RetryConfig(True, 5, 15)
+    path = write(tmp_path, "[tool.perfguard.retry]\nrounds = 2\n")
+    assert load_config(path).retry == RetryConfig(True, 2, 6)
+    path = write(tmp_path, "[tool.perfguard.retry]\nrounds = 400\n")
+    assert load_config(path).retry == RetryConfig(True, 400, 1000)

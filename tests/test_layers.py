@@ -69,7 +69,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ),
     ("engine.fallbacks", "engine.round_worker", "engine.round_output", "engine.rounds"),
     ("store", "store.connection", "migrations"),
-    ("stats", "stats.samples", "stats.ratio", "stats.rank_test", "stats.bootstrap", "compare", "accept"),
+    ("stats", "stats.samples", "stats.ratio", "stats.rounds_test", "compare", "accept"),
     ("report", "report.site_benchmark", "report.site_index"),
     (
         "measuring",

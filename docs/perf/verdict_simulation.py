@@ -32,11 +32,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from perfguard.compare import (
+    Item,
     Measurement,
     SuiteComparison,
     Verdict,
     apply_retry,
     compare_suite,
+    undecided,
 )
 from perfguard.config import Config
 
@@ -191,16 +193,29 @@ def simulate_check(
     if not first.suspects:
         return first, first
     k = config.retry.rounds
-    base2: list[Measurement] = []
-    head2: list[Measurement] = []
-    for item in first.suspects:  # only the suspects are re-measured, with their own keys
-        for side_list, f in ((base2, 1.0), (head2, factor)):
-            side_list.append(
-                Measurement(
-                    item.benchmark, item.params, rounds=draw_rounds(model, rng, f, k, 0.0), method="simulated"
-                )
-            )
-    return first, apply_retry(first, base2, head2, config)
+    rounds: dict[tuple[str, str], tuple[list[np.ndarray], list[np.ndarray]]] = {}
+
+    def measure(items: Sequence[Item]) -> SuiteComparison:
+        """``k`` more interleaved rounds a side of ``items``, then every suspect decided on all of its."""
+        for item in items:
+            base_rounds, head_rounds = rounds.setdefault(item.key, ([], []))
+            base_rounds += draw_rounds(model, rng, 1.0, k, 0.0)
+            head_rounds += draw_rounds(model, rng, factor, k, 0.0)
+        sides = [
+            [
+                Measurement(i.benchmark, i.params, rounds=rounds[i.key][s], method="simulated")
+                for i in first.suspects
+            ]
+            for s in (0, 1)
+        ]
+        return apply_retry(first, sides[0], sides[1], config)
+
+    final = measure(first.suspects)  # only the suspects are re-measured, with their own keys
+    measured = k
+    while (more := undecided(final)) and measured + k <= config.retry.max_rounds:  # as perfguard check
+        measured += k
+        final = measure(more)
+    return first, final
 
 
 def simulate(

@@ -41,6 +41,7 @@ API
 ``compare_suite(base, head, config, broken_impls)`` -> SuiteComparison (items, suspects, exit_code)
 ``decide_after_retry(first, retry)``           -> the final Item of one suspect
 ``apply_retry(first, base, head, config)``     -> SuiteComparison with every suspect decided
+``undecided(result)``                          -> retried suspects still unstable (measure more rounds)
 ``params_key(params)``       canonical "k=v,k=v" (sorted): ``perfguard.store.params_key``
 
 Modules: :mod:`~perfguard.compare.model` (the values in and out, names of verdicts and metrics),
@@ -66,7 +67,7 @@ from perfguard.compare.model import (
     measurements_from_rounds,
 )
 from perfguard.compare.rule import gates
-from perfguard.compare.stages import apply_retry, compare_sides, compare_suite, decide_after_retry
+from perfguard.compare.stages import apply_retry, compare_sides, compare_suite, decide_after_retry, undecided
 from perfguard.store.records import params_key
 
 __all__ = [
@@ -89,4 +90,5 @@ __all__ = [
     "geometric_mean_ratio",
     "measurements_from_rounds",
     "params_key",
+    "undecided",
 ]

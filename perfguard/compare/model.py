@@ -209,13 +209,16 @@ class Item(CheckItemRecord):
 
     Stored: ``gated``: whether this item can fail the check.  ``ratio``, ``ci_low``, ``ci_high``:
     oriented so that > 1 is worse (None where undefined or infinite).  ``p_value``: the p-value the
-    decision used, the one its reason states: of "worse" (Holm-adjusted over the suite's gated
-    timings) for a regression, unstable or unchanged item, of "better" for an improvement, none
-    for an unchanged speed-up.  ``noise``: the larger
+    decision used, the one its reason states: the two-sided test of the ratio over the round
+    medians (:func:`perfguard.stats.rounds_test`), Bonferroni-adjusted over the comparison's gated
+    timings (a derived row: its own test, adjusted over its source's family); none for a
+    deterministic metric or a side of one round.  ``ci_low`` / ``ci_high``: that test's interval.
+    ``noise``: the larger
     within-round IQR/median of the two sides.  ``threshold``: the relative threshold in force
     (0.20 = 20%).  ``base_n`` / ``head_n``: samples a side.  Not stored: the CV of round medians,
-    the raw p-value, the Hodges-Lehmann ratio, round counts, where the threshold came from, and
-    for a retried item its stage-1 item (``first``).
+    the unadjusted p-value, round counts, each side's round medians
+    (baseline, head: what a re-measurement pools into its variance), where the threshold came
+    from, and for a retried item its stage-1 item (``first``).
     """
 
     params: dict[str, Any]
@@ -223,10 +226,10 @@ class Item(CheckItemRecord):
     round_cv: float | None = None
     round_spread: float | None = None
     p_raw: float | None = None
-    hodges_lehmann: float | None = None
     base_rounds: int = 0
     head_rounds: int = 0
     rule_source: str = ""
+    round_medians: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
     first: Item | None = None
 
     @classmethod

@@ -1,6 +1,7 @@
 """The rule for one benchmark x params: the structural verdicts (new, missing, broken, failed,
-skipped), the statistics of a timing (batched over a suite: Mann-Whitney U, bootstrap intervals,
-Holm), the deterministic rules of memory and work counts, and the reason text of each verdict.
+skipped), the statistics of a timing (the test over rounds, :func:`perfguard.stats.rounds_test`,
+Bonferroni over the suite's gated timings), the deterministic rules of memory and work counts, and
+the reason text of each verdict.
 
 docs/verdicts.md explains every number; :mod:`perfguard.compare.stages` applies the rule to a
 suite (stage 1) and to re-measured suspects (stage 2).
@@ -9,7 +10,6 @@ suite (stage 1) and to re-measured suspects (stage 2).
 from __future__ import annotations
 
 import math
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,9 +71,10 @@ class Pair:
     gated: bool
     ratio: float = math.nan
     ci: tuple[float, float] = (math.nan, math.nan)
-    p_raw: float = 1.0
+    test: stats.RoundsTest = stats.UNTESTABLE
+    prior: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # stage 1's round medians, a side each
     p_adj: float = 1.0
-    family: int = 1  # gated timings the p-value was adjusted over
+    family: int = 1  # gated timings the p-value was adjusted over (Bonferroni)
     noise: stats.Noise = field(default_factory=lambda: stats.Noise(0.0, None))
 
 
@@ -210,12 +211,12 @@ def _is_noisy(noise: stats.Noise, config: Config) -> bool:
     )
 
 
-def _decide_timing(pair: Pair, config: Config, p_better: float) -> tuple[Verdict, str, float | None]:
-    """The statistical rule for a timing-like item (docs/verdicts.md, "Stage 1"), and the p-value
-    the verdict used: p(worse) for a regression or an unstable item, p(better) for an improvement,
-    none for an unchanged speed-up (issue 30: the p column showed p(worse) = 1 beside an
-    improvement whose reason said p=4e-61).  The reason states that same p, so no rendering can
-    show two."""
+def _decide_timing(pair: Pair, config: Config) -> tuple[Verdict, str]:
+    """The statistical rule for a timing-like item (docs/verdicts.md, "The rule for a timing").
+
+    One rule for both directions (issue 30): a slowdown is judged on (R, L, U) and a speed-up on
+    the mirror image (1/R, 1/U, 1/L), with the same p-value, the test over rounds.  The reason
+    states that p and that interval, the ones the item stores."""
     t = pair.rule.threshold
     hi = 1.0 + t
     lo_bound = 1.0 + t / 2.0
@@ -224,43 +225,52 @@ def _decide_timing(pair: Pair, config: Config, p_better: float) -> tuple[Verdict
     noisy = _is_noisy(pair.noise, config)
     alpha = config.alpha
     pct = round(config.confidence * 100)
+    rounds = f"{pair.base.side.k}+{pair.head.side.k} rounds"
 
-    def line(p: float | None, p_label: str = "") -> str:
+    def line() -> str:
         label = describe(pair.head.benchmark, pair.head.metric)
         change = _fmt_ratio(r, pair.head.metric)
-        numbers = _fmt_stats(r, pair.ci, p, config.confidence, p_label)
+        p = pair.p_adj if pair.test.testable else None
+        numbers = _fmt_stats(r, pair.ci, p, config.confidence, "rounds")
         return f"{label} {change}{' ' if numbers else ''}{numbers}, threshold {hi:.2f}"
 
-    evidence = r > hi and pair.p_adj < alpha and ci_lo > lo_bound
-    if evidence and (not noisy or ci_lo > hi):
-        return Verdict.REGRESSION, line(pair.p_adj), pair.p_adj
-    if evidence or (ci_hi > hi and (noisy or r > hi)):
+    if not pair.test.testable:  # one round a side: no process-to-process variance to test against
+        why = f"one round on a side ({rounds}) cannot be tested over rounds"
+        if r > hi or r < 1 / hi:
+            return Verdict.UNSTABLE, f"{line()}; {why}"
+        return Verdict.UNCHANGED, f"{line()}; {why}"
+
+    def moved(ratio: float, low: float, high: float) -> str | None:
+        """ "yes" when (ratio, its interval) show a change beyond the threshold, "maybe" when the
+        data cannot exclude one, None when they exclude it (worse-oriented numbers)."""
+        evidence = ratio > hi and pair.p_adj < alpha and low > lo_bound
+        if evidence and (not noisy or low > hi):
+            return "yes"
+        if evidence or (high > hi and (noisy or ratio > hi)):
+            return "maybe"
+        return None
+
+    worse = moved(r, ci_lo, ci_hi)
+    better = moved(1 / r, 1 / ci_hi, 1 / ci_lo) if r > 0 and ci_lo > 0 else None
+    if worse == "yes":
+        return Verdict.REGRESSION, line()
+    if better == "yes":
+        return Verdict.IMPROVEMENT, line()
+    if worse == "maybe" or better == "maybe":
+        way = "worse" if worse == "maybe" else "better"
+        low = ci_lo if way == "worse" else 1 / ci_hi
         if noisy:
             why = f"too noisy to decide ({_noise_text(pair.noise, config)})"
         elif pair.p_adj >= alpha:
-            why = f"not significant (p >= {alpha:g}"
-            why += f" after Holm over {pair.family} benchmarks)" if pair.family > 1 else ")"
+            why = f"not significant over {rounds} (p >= {alpha:g}"
+            why += f" after Bonferroni over {pair.family})" if pair.family > 1 else ")"
         else:
-            why = f"the {pct}% CI reaches down to {ci_lo:.2f} (needs > {lo_bound:.2f})"
-        return Verdict.UNSTABLE, f"{line(pair.p_adj)}; {why}", pair.p_adj
-    # An improvement: the mirror image, significant over rounds (the unit of independence), not
-    # over samples (docs/verdicts.md, "Improvements"); without that it is unchanged, saying why.
-    better_evidence = r < 1 / hi and p_better < alpha and ci_hi < 1 / lo_bound
-    if better_evidence and (not noisy or ci_hi < 1 / hi):
-        return Verdict.IMPROVEMENT, line(p_better, "rounds"), p_better
-    if better_evidence:  # significant over rounds, but noisy and its interval reaches back over 1/(1+t)
-        why = f"too noisy to decide ({_noise_text(pair.noise, config)})"
-        return Verdict.UNSTABLE, f"{line(p_better, 'rounds')}; {why}", p_better
-    if r < 1 / hi and ci_hi < 1 / lo_bound:  # faster beyond the threshold, but not shown over rounds
-        rounds = f"{pair.base.side.k}+{pair.head.side.k} rounds"
-        why = f"not significant over {rounds} (p >= {alpha:g}"
-        why += f" after Bonferroni over {pair.family})" if pair.family > 1 else ")"
-        return Verdict.UNCHANGED, f"{line(p_better, 'rounds')}; not an improvement: {why}", p_better
-    shown = None if r < 1 else pair.p_adj  # the p of "worse" says nothing about a speed-up
-    text = line(shown)
+            why = f"the {pct}% CI reaches to {low:.2f}× {way} (needs beyond {lo_bound:.2f}×)"
+        return Verdict.UNSTABLE, f"{line()}; {why}"
+    text = line()
     if noisy:
-        text += f"; noisy ({_noise_text(pair.noise, config)}), but the CI stays under the threshold"
-    return Verdict.UNCHANGED, text, shown
+        text += f"; noisy ({_noise_text(pair.noise, config)}), but the CI stays within the threshold"
+    return Verdict.UNCHANGED, text
 
 
 def _decide_memory(pair: Pair, config: Config) -> tuple[Verdict, str]:
@@ -337,7 +347,7 @@ def _decide_accuracy(pair: Pair, config: Config) -> tuple[Verdict, str]:
     return Verdict.UNCHANGED, f"{change}, within threshold {hi:.2f} above {floor_text}"
 
 
-def _pair_item(pair: Pair, verdict: Verdict, reason: str, hl: float | None, p_used: float | None) -> Item:
+def _pair_item(pair: Pair, verdict: Verdict, reason: str) -> Item:
     deterministic = pair.head.metric in DETERMINISTIC_METRICS
     return _item(
         pair.base,
@@ -352,50 +362,44 @@ def _pair_item(pair: Pair, verdict: Verdict, reason: str, hl: float | None, p_us
         ratio=_finite(pair.ratio),
         ci_low=None if deterministic else _finite(pair.ci[0]),
         ci_high=None if deterministic else _finite(pair.ci[1]),
-        p_value=None if deterministic else p_used,
+        p_value=None if deterministic or not pair.test.testable else pair.p_adj,
         noise=_finite(pair.noise.iqr_ratio),
         round_cv=_finite(pair.noise.round_cv),
         round_spread=_finite(pair.noise.round_spread),
-        p_raw=None if deterministic else pair.p_raw,
-        hodges_lehmann=_finite(hl) if hl is not None else None,
+        p_raw=None if deterministic or not pair.test.testable else pair.test.p,
+        round_medians=(pair.base.side.round_medians, pair.head.side.round_medians),
     )
 
 
-def _seed(config: Config, pair: Pair) -> list[int]:
-    return [config.seed, zlib.crc32(f"{pair.head.benchmark}|{pair.head.key}".encode())]
-
-
 def compare_pairs(pairs: list[Pair], config: Config) -> list[Item]:
-    """Statistics for all pairs at once (batched), Holm over the gated timings, then the rule."""
+    """The test over rounds for every timing, Bonferroni over the gated timings, then the rule.
+
+    A derived number (tokens/s, TFLOP/s of a forward time) is tested over its own rounds and
+    adjusted over its source's family: it stores its own p and interval, of the same test its
+    source's verdict used (its verdict is the source's, :func:`perfguard.compare.stages`)."""
     timing = [p for p in pairs if p.head.metric not in DETERMINISTIC_METRICS]
     for p in pairs:
         p.ratio = stats.oriented_ratio(p.base.side.median, p.head.side.median, p.head.direction)
         p.noise = stats.Noise.worst(p.base.side.noise, p.head.side.noise)
-    if timing:
-        p_raw = stats.mann_whitney_worse_many(
-            [(p.base.side.pooled, p.head.side.pooled) for p in timing], [p.head.direction for p in timing]
-        )
-        cis = stats.bootstrap_ratio_cis(
-            [(p.base.side, p.head.side) for p in timing],
-            [p.head.direction for p in timing],
-            confidence=config.confidence,
-            resamples=config.bootstrap_resamples,
-            seeds=[_seed(config, p) for p in timing],
-        )
-        gated_idx = [i for i, p in enumerate(timing) if p.gated]
-        adjusted = stats.holm(p_raw[gated_idx])
-        for i, p in enumerate(timing):
-            p.p_raw = float(p_raw[i])
-            p.p_adj = float(p_raw[i])
-            p.ci = (float(cis[i, 0]), float(cis[i, 1]))
-        for j, i in enumerate(gated_idx):
-            timing[i].p_adj = float(adjusted[j])
-            timing[i].family = len(gated_idx)
     family = max(1, sum(p.gated for p in timing))
+    gated_keys = {(p.head.benchmark, p.head.key) for p in timing if p.gated}
+    for p in timing:
+        p.test = stats.rounds_test(
+            p.base.side.round_medians,
+            p.head.side.round_medians,
+            p.head.direction,
+            prior_base=p.prior[0],
+            prior_head=p.prior[1],
+        )
+        if p.test.testable:  # the estimate the test is about: the ratio of the rounds' geometric means
+            p.ratio = math.exp(p.test.log_ratio)
+        p.ci = p.test.interval(config.confidence)
+        source = derived_source(p.head.benchmark)
+        if p.gated or (source is not None and (source, p.head.key) in gated_keys):
+            p.family = family
+        p.p_adj = min(1.0, p.test.p * p.family)
     items = []
     for p in pairs:
-        hl: float | None = None
-        p_used: float | None = None
         if p.head.metric in WORK_METRICS:
             verdict, reason = _decide_work(p)
         elif p.head.metric == ERROR:
@@ -403,15 +407,6 @@ def compare_pairs(pairs: list[Pair], config: Config) -> list[Item]:
         elif p.head.metric in DETERMINISTIC_METRICS:
             verdict, reason = _decide_memory(p, config)
         else:
-            p_better = 1.0
-            hi = 1.0 + p.rule.threshold
-            if p.ratio < 1 / hi:  # only then can it be an improvement: over rounds, Bonferroni
-                p_better = stats.rounds_better(
-                    p.base.side.round_medians, p.head.side.round_medians, p.head.direction
-                )
-                p_better = min(1.0, p_better * (family if p.gated else 1))
-            verdict, reason, p_used = _decide_timing(p, config, p_better)
-            if verdict is not Verdict.UNCHANGED:
-                hl = stats.hodges_lehmann_ratio(p.base.side.pooled, p.head.side.pooled, p.head.direction)
-        items.append(_pair_item(p, verdict, reason, hl, p_used))
+            verdict, reason = _decide_timing(p, config)
+        items.append(_pair_item(p, verdict, reason))
     return items

@@ -57,6 +57,7 @@ def _compare(
     broken_impls: Iterable[str] = (),
     *,
     only: set[tuple[str, str]] | None = None,
+    prior: dict[tuple[str, str], Item] | None = None,
 ) -> list[Item]:
     b = _index(base, "the baseline")
     h = _index(head, "head")
@@ -66,7 +67,12 @@ def _compare(
     slots: list[Item | Pair] = [
         structural(b.get(k), h.get(k), config, (h.get(k) or b[k]).impl in broken) for k in keys
     ]
-    compared = iter(compare_pairs([s for s in slots if isinstance(s, Pair)], config))
+    pairs = [s for s in slots if isinstance(s, Pair)]
+    for pair in pairs:  # a re-measurement pools stage 1's spread of each side into its variance
+        earlier = (prior or {}).get((pair.head.benchmark, pair.head.key))
+        if earlier is not None:
+            pair.prior = earlier.round_medians
+    compared = iter(compare_pairs(pairs, config))
     items = [next(compared) if isinstance(s, Pair) else s for s in slots]
     seen = {i.impl for i in items}
     for impl in sorted(broken - seen):  # a broken implementation with no benchmark at all
@@ -153,35 +159,23 @@ def _follow_sources(items: Sequence[Item]) -> list[Item]:
 def decide_after_retry(first: Item, retry: Item) -> Item:
     """The final verdict of a suspect: the re-measurement's verdict, marked ``retried``.
 
-    The re-measurement (baseline and head interleaved in fresh processes) decides: the stage-1
-    data were taken in two sessions, which is what made the item a suspect.  A regression is
-    only reported when it holds again on the re-measurement.  One piece of the first
-    measurement is kept: its *round spread*, how far apart fresh processes of the same code
-    landed.  When that exceeds 1 + threshold (a launch-bound benchmark whose processes run at one
-    of two speeds), five rounds against five can show up to that factor by chance, so the
-    re-measurement's interval must clear spread x (1 + threshold/2), the margin ``L > 1 +
-    threshold/2`` asks of any benchmark, scaled by the spread (docs/verdicts.md, "Stage 2").
+    The re-measurement (baseline and head interleaved in fresh processes) decides with the rule
+    of stage 1, over its own rounds: the stage-1 data were taken in two sessions, which is what
+    made the item a suspect.  Both measurements must agree on the direction: a regression (or an
+    improvement) on re-measurement of a suspect that the first measurement saw move the other
+    way is ``unstable`` (docs/verdicts.md, "Stage 2").  How far apart fresh processes of the same
+    code landed in the first measurement is pooled into the re-measurement's variance
+    (:func:`apply_retry`), so it widens the interval instead of vetoing the verdict: a consistent
+    slowdown beyond the threshold in both stages fails however far apart same-code processes
+    land, once enough rounds show it (issue 30).
     """
     if first.key != retry.key:
         raise ValueError(f"retry of {retry.benchmark} ({retry.params_key}) given for {first.key}")
-    spread = first.round_spread or 1.0
-    t = retry.threshold
-    if retry.verdict is Verdict.REGRESSION and spread > 1 + t:
-        needed = spread * (1 + t / 2)
-        if retry.ci_low is not None and retry.ci_low <= needed:
-            why = (
-                f"but fresh processes of the same code landed up to {spread:.2f}× apart in the first "
-                f"measurement: a regression needs the CI above {needed:.2f}"
-            )
-            retry = replace(retry, verdict=Verdict.UNSTABLE, reason=f"{retry.reason}; {why}")
-    if retry.verdict is Verdict.IMPROVEMENT and spread > 1 + t:  # the mirror image
-        needed = 1 / (spread * (1 + t / 2))
-        if retry.ci_high is not None and retry.ci_high >= needed:
-            why = (
-                f"but fresh processes of the same code landed up to {spread:.2f}× apart in the first "
-                f"measurement: an improvement needs the CI below {needed:.2f}"
-            )
-            retry = replace(retry, verdict=Verdict.UNSTABLE, reason=f"{retry.reason}; {why}")
+    way = {Verdict.REGRESSION: "slower", Verdict.IMPROVEMENT: "faster"}.get(retry.verdict)
+    first_way = None if first.ratio is None else ("slower" if first.ratio > 1 else "faster")
+    if way is not None and first_way is not None and way != first_way:
+        why = f"but the first measurement was {first_way}: the two measurements disagree"
+        retry = replace(retry, verdict=Verdict.UNSTABLE, reason=f"{retry.reason}; {why}")
     if retry.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT) and retry.verdict is first.verdict:
         prefix = "confirmed on re-measurement"
     elif first.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT) and retry.verdict is not first.verdict:
@@ -201,14 +195,16 @@ def apply_retry(
 ) -> SuiteComparison:
     """Stage 2: decide every suspect of ``first`` on its re-measurement (``base`` / ``head``).
 
-    Only the suspects' keys are read from ``base`` and ``head``; their p-values are Holm-adjusted
-    over the re-measured family.  A suspect with no re-measurement keeps its stage-1 verdict, and
+    Only the suspects' keys are read from ``base`` and ``head``; their p-values are adjusted
+    (Bonferroni) over the re-measured family.  A suspect with no re-measurement keeps its stage-1 verdict, and
     its reason says so.
     """
     wanted = set(first.suspect_keys)
     # Derived items of a suspect come from the same re-measured samples: their numbers follow too.
     followers = {i.key for i in first.items if _source_key(i) in wanted}
-    retried = {i.key: i for i in _compare(base, head, config, only=wanted | followers)}
+    keys = wanted | followers
+    prior = {i.key: i for i in first.items if i.key in keys}
+    retried = {i.key: i for i in _compare(base, head, config, only=keys, prior=prior)}
     out = []
     for item in first.items:
         if item.key in followers and item.key in retried:
@@ -221,3 +217,16 @@ def apply_retry(
         else:
             out.append(replace(item, reason=f"{item.reason}; suspect, but not re-measured"))
     return SuiteComparison(items=tuple(_follow_sources(out)), suspects=())
+
+
+def undecided(result: SuiteComparison) -> tuple[Item, ...]:
+    """The re-measured suspects still ``unstable``: what more interleaved rounds can decide.
+
+    The pipeline extends their re-measurement by ``config.retry.rounds`` rounds a side, up to
+    ``config.retry.max_rounds``, and calls :func:`apply_retry` again on every re-measured round
+    (docs/verdicts.md, "Stage 2": more rounds until decided, up to a budget).
+    """
+    return tuple(
+        i for i in result.items if i.retried and i.first is not None and i.verdict is Verdict.UNSTABLE
+        and i.metric not in DETERMINISTIC_METRICS and _source_key(i) is None
+    )  # fmt: skip

@@ -171,7 +171,7 @@ def retry(
     nothing, as ``new``.  Such suspects are re-measured once more, both sides interleaved; if the
     baseline fails again the check stops with exit 2 and stores no check.
     """
-    from perfguard.compare import apply_retry, measurements_from_rounds
+    from perfguard.compare import undecided
     from perfguard.engine.suite import suspect_selection
 
     if not first.suspects:
@@ -212,9 +212,39 @@ def retry(
             [replace(r, results=[x for x in r.results if _source(x) not in keys]) for r in runs[s]] + again[s]
             for s in range(2)
         ]
+    result = _decide(first, runs, bench)
+    measured = n
+    while (more := undecided(result)) and measured + n <= bench.config.retry.max_rounds:
+        bench.say(
+            f"{len(more)} re-measured suspect(s) still unstable: {n} more rounds each, baseline and HEAD "
+            f"interleaved (rounds {measured + 1}-{measured + n} of at most {bench.config.retry.max_rounds})"
+        )
+        selection = suspect_selection(more, head_rounds)  # rounds numbered on: "round 6/10"
+        extra = bench.measure([base, sides.head], "retry", measured + n, bench=selection, done=[measured] * 2)
+        measured += n
+        lost = _unmeasured(more, extra[0])
+        if lost:  # never decided on a baseline that gave nothing: these keep the rounds they have
+            bench.say(
+                f"the baseline's extra rounds of {len(lost)} suspect(s) gave no usable number "
+                f"({_name_failures(lost)}): they are decided on their earlier rounds"
+            )
+            keys = {i.key for i, _ in lost}
+            extra = [
+                [replace(r, results=[x for x in r.results if _source(x) not in keys]) for r in extra[s]]
+                for s in range(2)
+            ]
+        runs = [runs[s] + extra[s] for s in range(2)]
+        result = _decide(first, runs, bench)
+    return Retried(result, len(first.suspects), runs)
+
+
+def _decide(first: SuiteComparison, runs: Sequence[Sequence[RunRecord]], bench: Bench) -> SuiteComparison:
+    """Every suspect decided on all its re-measured rounds (baseline ``runs[0]``, HEAD ``runs[1]``)."""
+    from perfguard.compare import apply_retry, measurements_from_rounds
+
     retry_base = measurements_from_rounds(r.results for r in runs[0])
     retry_head = measurements_from_rounds(r.results for r in runs[1])
-    return Retried(apply_retry(first, retry_base, retry_head, bench.config), len(first.suspects), runs)
+    return apply_retry(first, retry_base, retry_head, bench.config)
 
 
 def _source(result: ResultRecord) -> tuple[str, str]:

@@ -6,8 +6,8 @@ re-measurement did.
   underneath attached to its case.
 * :func:`noise_story`: for ``unstable`` items, this check's measured noise (within-round
   IQR/median, the width of the ratio's interval) and the rounds a side that would decide each,
-  if the interval narrows as 1/√rounds (rounds are fresh processes: the hierarchical bootstrap's
-  interval is dominated by the spread between them); and whether a GPU or graph replay would help.
+  if the interval narrows as 1/√rounds (rounds are fresh processes, the units the interval is
+  computed over); and whether a GPU or graph replay would help.
 * :func:`retry_story`: every re-measured suspect, confirmed or not, so none leaves the report
   silently.
 """

@@ -2,8 +2,8 @@
 
 A *side* (the baseline or the head of one benchmark x params) is a list of *rounds*; a round is
 the per-call samples measured in one fresh process (see :mod:`perfguard.stats`, "Data model").
-:class:`Samples` keeps the sorted arrays that the median, the quartiles, the rank test
-(:mod:`~perfguard.stats.rank_test`) and the bootstrap (:mod:`~perfguard.stats.bootstrap`) all reuse;
+:class:`Samples` keeps the sorted arrays that the median, the quartiles and the round medians (what
+the test over rounds, :mod:`~perfguard.stats.rounds_test`, reads) come from;
 :class:`Noise` is what the noise gate of the rule reads (``docs/verdicts.md``, "Noise measures").
 """
 

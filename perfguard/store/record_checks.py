@@ -22,7 +22,7 @@ NOTHING_WRITTEN = "nothing was written to the store"
 
 #: The smallest and largest measured amount the store keeps (a sample, a median, a quartile, in the
 #: metric's unit: seconds, bytes, FLOP, tokens/s, TFLOP/s, counts).  Nothing measured falls outside
-#: (a picosecond; 10^18 FLOP or bytes), and inside it every ratio, product and bootstrap of two
+#: (a picosecond; 10^18 FLOP or bytes), and inside it every ratio, product and logarithm of two
 #: amounts stays a finite float: 5e-324 s or 1e308 s would overflow them (``OverflowError``).
 #: Checked when written (``ResultRecord.validate``) and when read (:mod:`perfguard.store.columns`).
 MEASURED_RANGE = (1e-12, 1e18)
