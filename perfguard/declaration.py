@@ -41,6 +41,17 @@ SOURCE_ENV = "PERFGUARD_SOURCE"
 #: The keys of ``[tool.perfguard]`` this module owns (perfguard.config accepts and skips them).
 KEYS = ("package", "registry", "source")
 
+#: What a registry entry may declare it computes (``computes``: the float64 reference of ``verify``,
+#: docs/guarding-your-package.md): softmax over every key; dilated attention in one mode; dilated
+#: attention in the mode each case is built with, whose own ``attention_pattern`` must equal it;
+#: the module's own ``attention_pattern``.
+COMPUTES = ("dense", "longnet", "head_groups", "dilated", "pattern")
+#: What the module an entry names as ``kernels`` provides: ``KERNELS``, the kernel names given to the
+#: factory as ``backend=``; ``available(device, dtype, head_dim)``, ``[(kernel, None or why it cannot
+#: run here), ...]``; ``running(device, dtype, head_dim, kernel)``, the kernel a plain call of a
+#: module built with ``backend=kernel`` runs now (after any fallback of the package's own).
+KERNEL_MODULE_NAMES = ("KERNELS", "available", "running")
+
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

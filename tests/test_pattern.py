@@ -132,6 +132,27 @@ def test_vectorised_pattern_equals_the_loop_definition(seed: int) -> None:
             assert torch.equal(got, want), (n, heads, segs, rates, mode, causal)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_perfguards_own_definition_equals_the_packages(seed: int) -> None:
+    """perfguard's writing of the semantics (what verify's reference and the FLOP counts use, without
+    importing ``attention``) and ``attention.pattern`` agree, pattern and closed-form pair count."""
+    from perfguard.engine import dilation
+
+    rng = random.Random(1000 + seed)
+    segs, rates = _random_config(rng)
+    heads = rng.randint(len(segs), 7)
+    n = rng.choice([1, 2 * rng.randint(1, 20) + 1, max(segs) * 3 - 5 if max(segs) > 2 else 3])
+    for mode in ("longnet", "head_groups"):
+        for causal in (False, True):
+            ours = dilation.dilated_pattern(n, heads, segs, rates, mode, causal)
+            assert ours.dtype == torch.int32
+            assert torch.equal(ours, _loop_pattern(n, heads, segs, rates, mode, causal)), (n, segs, rates)
+            pairs = dilation.dilated_attended_pairs(n, heads, segs, rates, mode, causal)
+            assert pairs == int(ours.sum()) == dilated_attended_pairs(n, heads, segs, rates, mode, causal)
+    with pytest.raises(ValueError, match="head per branch"):
+        dilation.dilated_pattern(8, 1, [4, 8], [1, 2], "head_groups")
+
+
 def test_registry_cpu_config_pattern_equals_the_loop_definition() -> None:
     for mode in ("longnet", "head_groups"):
         for causal in (False, True):

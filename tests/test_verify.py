@@ -100,7 +100,7 @@ def test_nan_only_in_causal_cases() -> None:
 def test_swapped_arguments_are_caught_by_the_pattern_comparison() -> None:
     row = _row("broken_swapped_args")
     assert row.checks["same_fn"].status == "fail"
-    assert "differs from attention.pattern.dilated_pattern" in row.checks["same_fn"].detail
+    assert "differs from perfguard.engine.dilation.dilated_pattern" in row.checks["same_fn"].detail
     # the module is honest about what it computes, so the reference alone would not catch it
     assert row.checks["reference"].status == "pass"
 
