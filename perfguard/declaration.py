@@ -52,7 +52,7 @@ COMPUTES = ("dense", "longnet", "head_groups", "dilated", "pattern")
 #: module built with ``backend=kernel`` runs now (after any fallback of the package's own).
 KERNEL_MODULE_NAMES = ("KERNELS", "available", "running")
 
-_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+DOTTED_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 #: What perfguard's own repository declares; a commit of it from before ``[tool.perfguard] package``
@@ -140,7 +140,7 @@ def read_declaration(root: Path) -> Declaration:
             hint=f'add registry = "{package}.perfguard_registry:IMPLEMENTATIONS" (module:attribute)',
         )
     module, sep, attr = registry.partition(":")
-    if not sep or not _DOTTED.match(module) or not _NAME.match(attr):
+    if not sep or not DOTTED_NAME.match(module) or not _NAME.match(attr):
         raise ConfigError(
             f"{pyproject}: [tool.perfguard] registry = {registry!r} is not of the form module:attribute",
             hint=f'e.g. registry = "{package}.perfguard_registry:IMPLEMENTATIONS"',

@@ -28,6 +28,7 @@ from typing import Any
 
 from perfguard.declaration import (
     COMPUTES,
+    DOTTED_NAME,
     KERNEL_MODULE_NAMES,
     Declaration,
     read_declaration,
@@ -221,10 +222,10 @@ def _registry(declaration: Declaration) -> dict[str, Any]:
 def _check_optional(where: str, package: str, entry: Any) -> None:
     """The optional parts of an entry (``kernels``, ``sequence_parallel``) hold what they must."""
     kernels = getattr(entry, "kernels", None)
-    if kernels is not None and (not isinstance(kernels, str) or kernels.split(".")[0] != package):
+    if kernels is not None and (not isinstance(kernels, str) or not DOTTED_NAME.match(kernels)):
         raise ConfigError(
-            f"{where}: {entry.name} declares kernels={kernels!r}, not a module of {package}",
-            hint=f'name the module of {package} that lists its kernels, e.g. kernels="{package}.backends"',
+            f"{where}: {entry.name} declares kernels={kernels!r}, not the dotted name of a module",
+            hint=f'name the module that lists its kernels, e.g. kernels="{package}.backends"',
         )
     parallel = sequence_parallel(entry)
     if parallel is not None and not all(
