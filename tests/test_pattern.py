@@ -228,3 +228,33 @@ def test_segments_longer_than_the_sequence_cost_only_the_sequence() -> None:
     for causal in (False, True):
         got = dilated_pattern(10, 3, segs, rates, "longnet", causal)
         assert torch.equal(got, _loop_pattern(10, 3, segs, rates, "longnet", causal))
+
+
+def test_every_registered_module_counts_its_attended_pairs_as_its_pattern_does() -> None:
+    """``attended_pairs`` (what perfguard's FLOP counts read, docs/guarding-your-package.md) is the
+    sum of ``attention_pattern``, for every implementation, causal or not, at lengths that cut a
+    segment (and a block) short; perfguard counts a module without it from the pattern itself."""
+    from attention.registry import REGISTRY
+    from perfguard.engine.cases import attended_pairs
+
+    for name, spec in REGISTRY.items():
+        module = spec.build("cpu")
+        for n in (91, 64, 37):
+            for causal in (False, True):
+                pattern = int(module.attention_pattern(n, causal, num_heads=5).sum())
+                assert module.attended_pairs(n, causal, num_heads=5) == pattern, (name, n, causal)
+        core = getattr(module, "attention", module)
+
+        counted = attended_pairs(_PatternOnly(core), 91, 5, "pattern", {})
+        assert counted == attended_pairs(module, 91, 5, "pattern", {}) == core.attended_pairs(91, num_heads=5)
+
+
+class _PatternOnly(torch.nn.Module):
+    """A module with a pattern and no ``attended_pairs`` (another package's)."""
+
+    def __init__(self, core: torch.nn.Module) -> None:
+        super().__init__()
+        self.core = core
+
+    def attention_pattern(self, *args: object, **kwargs: object) -> torch.Tensor:
+        return self.core.attention_pattern(*args, **kwargs)

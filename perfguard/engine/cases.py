@@ -138,9 +138,10 @@ def attended_pairs(
 
     ``what``: the function the entry declares (:func:`perfguard.engine.guarded.computes`); a dilated
     one is counted by perfguard's definition (:mod:`perfguard.engine.dilation`) with the segments
-    and rates it was built with (``kwargs``).  A module that computes its own pattern is counted from
-    it: a block-sparse one (``active_blocks``, ``block_size``) by its blocks, a dilated one (``mode``,
-    ``segment_lengths``, ``dilation_rates``) in closed form, any other from ``attention_pattern``.
+    and rates it was built with (``kwargs``).  A module that computes its own pattern (``pattern``,
+    ``dilated``) is counted by its own ``attended_pairs(seq_len, is_causal=, num_heads=)`` where it
+    has one (the sum of its pattern, in closed form: docs/guarding-your-package.md), else by summing
+    its ``attention_pattern``.
     """
     if what == "dense":
         return num_heads * seq_len * seq_len
@@ -148,21 +149,11 @@ def attended_pairs(
         segments, rates = kwargs["segment_lengths"], kwargs["dilation_rates"]
         return dilated_attended_pairs(seq_len, num_heads, segments, rates, what)
     core = getattr(module, "attention", module)
-    if not hasattr(core, "segment_lengths") and not hasattr(core, "active_blocks"):
-        counts = core.attention_pattern(seq_len, is_causal=False, num_heads=num_heads)  # its own pattern
-        return int(counts.sum().item())
-    active_blocks = getattr(core, "active_blocks", None)
-    if active_blocks is not None:  # block-sparse: its own pattern
-        bs = int(core.block_size)
-        active = active_blocks(seq_len, False).to(torch.int64)
-        nb = active.shape[0]
-        sizes = torch.full((nb,), bs, dtype=torch.int64)
-        sizes[-1] = seq_len - bs * (nb - 1)
-        pairs = (sizes[:, None] * sizes[None, :] * active).sum().item()
-        return int(pairs) * num_heads
-    return dilated_attended_pairs(
-        seq_len, num_heads, core.segment_lengths, core.dilation_rates, getattr(core, "mode", "longnet")
-    )
+    counter = getattr(core, "attended_pairs", None)
+    if counter is not None:
+        return int(counter(seq_len, is_causal=False, num_heads=num_heads))
+    counts = core.attention_pattern(seq_len, is_causal=False, num_heads=num_heads)  # its own pattern
+    return int(counts.sum().item())
 
 
 def kernel_comparison() -> dict[str, tuple[str, ...]]:
