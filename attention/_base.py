@@ -19,7 +19,7 @@ from attention._validation import (
     validate_qkv,
     validate_scale_and_dropout,
 )
-from attention.pattern import dilated_pattern
+from attention.pattern import dilated_attended_pairs, dilated_pattern
 
 
 class DilatedAttentionBase(nn.Module):
@@ -98,6 +98,14 @@ class DilatedAttentionBase(nn.Module):
             self.mode,
             is_causal,
             device=device,
+        )
+
+    def attended_pairs(self, seq_len: int, is_causal: bool = False, *, num_heads: int | None = None) -> int:
+        """``attention_pattern(...).sum()`` without building it: the (head, query, key) pairs one call
+        computes, counting multiplicity (what perfguard's FLOP counts use at 1M tokens)."""
+        heads = self._resolve_heads(num_heads)
+        return dilated_attended_pairs(
+            seq_len, heads, self.segment_lengths, self.dilation_rates, self.mode, is_causal
         )
 
     def extra_repr(self) -> str:

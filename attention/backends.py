@@ -22,14 +22,16 @@ Every segment-engine module takes ``backend=`` (:data:`attention._kernel_selecti
 
 :func:`available` lists them for one device (and dtype, head_dim) with the reason for each one
 that cannot run, so a benchmark can time ``improved`` on every kernel this machine has and report
-the rest as skipped with why.
+the rest as skipped with why; :func:`running` says which kernel a module asked for one runs now
+(after a run-time fallback, another one).  Together with :data:`KERNELS` they are what perfguard's
+kernel comparison reads (the registry names this module as ``improved``'s ``kernels``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from attention._kernel_selection import BACKENDS, unavailable_reason
+from attention._kernel_selection import BACKENDS, KernelSet, unavailable_reason
 
 KERNELS = tuple(b for b in BACKENDS if b != "auto")
 
@@ -52,3 +54,9 @@ def available(
 def names(device: torch.device | str, dtype: torch.dtype = torch.bfloat16, head_dim: int = 64) -> list[str]:
     """The backends that can run here (the ``None`` rows of :func:`available`)."""
     return [name for name, why in available(device, dtype, head_dim) if why is None]
+
+
+def running(device: torch.device | str, dtype: torch.dtype, head_dim: int, kernel: str) -> str:
+    """The kernel a plain call of a module built with ``backend=kernel`` runs first now: ``kernel``,
+    or the one the engine fell back to for the rest of the process (docs/attention.md, "Fallbacks")."""
+    return KernelSet(torch.device(device), dtype, head_dim, kernel).name

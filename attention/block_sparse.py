@@ -294,6 +294,20 @@ class BlockSparseRingDilatedAttention(DilatedAttentionBase):
         mask = token_mask(self.active_blocks(seq_len, is_causal), seq_len, self.block_size, is_causal, device)
         return mask.to(torch.int32).expand(h, -1, -1).contiguous()
 
+    def attended_pairs(self, seq_len: int, is_causal: bool = False, *, num_heads: int | None = None) -> int:
+        """``attention_pattern(...).sum()`` from the active blocks alone (no ``(n, n)`` mask): each
+        active (query block, key block) pair counts its size; a causal diagonal block its lower
+        triangle."""
+        active = self.active_blocks(seq_len, is_causal).to(torch.int64)
+        nb, bs = active.shape[0], self.block_size
+        sizes = torch.full((nb,), bs, dtype=torch.int64)
+        sizes[-1] = seq_len - bs * (nb - 1)
+        pairs = sizes[:, None] * sizes[None, :] * active
+        if is_causal:
+            diagonal = torch.diagonal(active) * sizes * (sizes + 1) // 2
+            pairs = pairs - torch.diag(torch.diagonal(pairs)) + torch.diag(diagonal)
+        return int(pairs.sum().item()) * self._resolve_heads(num_heads)
+
     # -- forward --------------------------------------------------------------------------------
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = False

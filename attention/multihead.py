@@ -132,6 +132,10 @@ class _MultiheadDilatedBase(nn.Module):
             seq_len, is_causal, num_heads=num_heads or self.num_heads, device=device
         )
 
+    def attended_pairs(self, seq_len: int, is_causal: bool = False, *, num_heads: int | None = None) -> int:
+        """The core's attended pairs over this module's heads (``attention_pattern(...).sum()``)."""
+        return self.attention.attended_pairs(seq_len, is_causal, num_heads=num_heads or self.num_heads)
+
     @property
     def softmax_scale(self) -> float | None:
         return self.attention.softmax_scale

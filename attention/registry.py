@@ -57,6 +57,17 @@ class ImplConfig:
 
 
 @dataclass(frozen=True)
+class SequenceParallel:
+    """The constructor keywords that spread one sequence over the ranks of the default process group
+    (``ranks``), and those for a group of one (``one_rank``): what perfguard's distributed suite
+    builds a module with (its ``perfguard.declare.SequenceParallel``, mirrored so that ``attention``
+    stays importable without perfguard)."""
+
+    ranks: Mapping[str, Any]
+    one_rank: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
 class ImplSpec:
     """Everything perfguard needs to build, check and benchmark one implementation.
 
@@ -82,8 +93,13 @@ class ImplSpec:
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     core: str | None = None
     guarded: bool = True
-    # what perfguard verify's reference is: this module's own attention_pattern (perfguard.declare)
+    # what perfguard verify's reference is (perfguard.declare): this module's own attention_pattern,
+    # or ("dilated") that pattern held to the dilated semantics of the mode it is built with
     computes: str = "pattern"
+    # the module listing the kernels `backend=` takes (perfguard's kernel comparison times each)
+    kernels: str | None = None
+    # how the module spreads one sequence over a process group (perfguard's distributed suite)
+    sequence_parallel: SequenceParallel | None = None
 
     @property
     def cls(self) -> type[torch.nn.Module]:
@@ -172,15 +188,31 @@ def _family(
     extra_gpu: Mapping[str, Any] | None = None,
     extra_bench: Mapping[str, Any] | None = None,
     same_function_as: str | None = None,
+    computes: str = "pattern",
+    core_kernels: str | None = None,
+    sequence_parallel: SequenceParallel | None = None,
     description: str = "",
 ) -> list[ImplSpec]:
     """A core module ``name`` and the multihead module around it (``multihead_<name>``), with the
-    same configurations (the multihead module's head count and embedding come from the shape)."""
+    same configurations (the multihead module's head count and embedding come from the shape).
+    ``core_kernels``: the kernels module of the core alone (the comparison times one module)."""
     cpu = _cfg(*_CPU_SHAPE, **_CPU_DILATION, **(extra_cpu or {}))
     gpu = _cfg(*_GPU_SHAPE, **_GPU_DILATION, **(extra_gpu or {}))
     bench = _cfg(*_BENCH_SHAPE, **_BENCH_DILATION, **(extra_bench or {}))
     return [
-        ImplSpec(name, core_path, False, cpu, gpu, bench, same_function_as, description=description),
+        ImplSpec(
+            name,
+            core_path,
+            False,
+            cpu,
+            gpu,
+            bench,
+            same_function_as,
+            description=description,
+            computes=computes,
+            kernels=core_kernels,
+            sequence_parallel=sequence_parallel,
+        ),
         ImplSpec(
             f"multihead_{name}",
             multihead_path,
@@ -192,8 +224,18 @@ def _family(
             description=f"nn.MultiheadAttention-style module around `{name}`",
             core=name,
             guarded=multihead_guarded,
+            computes=computes,
+            sequence_parallel=sequence_parallel,
         ),
     ]
+
+
+#: The ring's sequence-parallel path (attention._distributed): a group of ranks passes the ring
+#: through every rank (ring_size comes from the group); a group of one keeps the single-device ring.
+_RING_PARALLEL = SequenceParallel(
+    ranks=MappingProxyType({"ring_size": None, "sequence_parallel": True}),
+    one_rank=MappingProxyType({"sequence_parallel": False}),
+)
 
 
 #: Every implementation class of ``attention/``, in a stable order: the one table (module docstring).
@@ -202,6 +244,7 @@ IMPLEMENTATIONS: tuple[ImplSpec, ...] = (
         "dilated",
         "attention.dilated:DilatedAttention",
         "attention.multihead:MultiheadDilatedAttention",
+        computes="dilated",  # its pattern is the semantics; perfguard verify holds it to its own
         description="the straightforward implementation of the semantics",
     ),
     *_family(
@@ -209,6 +252,7 @@ IMPLEMENTATIONS: tuple[ImplSpec, ...] = (
         "attention.improved:ImprovedDilatedAttention",
         "attention.multihead:ImprovedMultiheadDilatedAttention",
         same_function_as="dilated",
+        core_kernels="attention.backends",
         description="the same function, fast: fewer copies, SDPA/flash kernels, CUDA-graph friendly",
     ),
     *_family(
@@ -222,6 +266,7 @@ IMPLEMENTATIONS: tuple[ImplSpec, ...] = (
         extra_gpu={"ring_size": 4, "single_shot_bytes": 0},
         extra_bench={"ring_size": 8},
         same_function_as="dilated",
+        sequence_parallel=_RING_PARALLEL,
         description="K/V in ring_size chunks merged by log-sum-exp: O(n / ring_size) intermediates",
     ),
     *_family(
@@ -237,6 +282,7 @@ IMPLEMENTATIONS: tuple[ImplSpec, ...] = (
         extra_gpu={"ring_size": 4, "single_shot_bytes": 0},
         extra_bench={"ring_size": 8},
         same_function_as="dilated",
+        sequence_parallel=_RING_PARALLEL,
         description="the ring, visiting chunks in Hilbert-curve order; same function",
     ),
     *_family(

@@ -41,7 +41,18 @@ SOURCE_ENV = "PERFGUARD_SOURCE"
 #: The keys of ``[tool.perfguard]`` this module owns (perfguard.config accepts and skips them).
 KEYS = ("package", "registry", "source")
 
-_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+#: What a registry entry may declare it computes (``computes``: the float64 reference of ``verify``,
+#: docs/guarding-your-package.md): softmax over every key; dilated attention in one mode; dilated
+#: attention in the mode each case is built with, whose own ``attention_pattern`` must equal it;
+#: the module's own ``attention_pattern``.
+COMPUTES = ("dense", "longnet", "head_groups", "dilated", "pattern")
+#: What the module an entry names as ``kernels`` provides: ``KERNELS``, the kernel names given to the
+#: factory as ``backend=``; ``available(device, dtype, head_dim)``, ``[(kernel, None or why it cannot
+#: run here), ...]``; ``running(device, dtype, head_dim, kernel)``, the kernel a plain call of a
+#: module built with ``backend=kernel`` runs now (after any fallback of the package's own).
+KERNEL_MODULE_NAMES = ("KERNELS", "available", "running")
+
+DOTTED_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 #: What perfguard's own repository declares; a commit of it from before ``[tool.perfguard] package``
@@ -129,7 +140,7 @@ def read_declaration(root: Path) -> Declaration:
             hint=f'add registry = "{package}.perfguard_registry:IMPLEMENTATIONS" (module:attribute)',
         )
     module, sep, attr = registry.partition(":")
-    if not sep or not _DOTTED.match(module) or not _NAME.match(attr):
+    if not sep or not DOTTED_NAME.match(module) or not _NAME.match(attr):
         raise ConfigError(
             f"{pyproject}: [tool.perfguard] registry = {registry!r} is not of the form module:attribute",
             hint=f'e.g. registry = "{package}.perfguard_registry:IMPLEMENTATIONS"',

@@ -10,7 +10,12 @@ What an entry must compute (``computes``) is what ``perfguard verify``'s float64
 
 - ``"dense"``: softmax attention over every key (with ``is_causal``, every key at or before the query);
 - ``"longnet"`` / ``"head_groups"``: dilated attention in that mode (DESIGN.md, "Dilated attention
-  semantics"), with the ``segment_lengths`` and ``dilation_rates`` the module was built with;
+  semantics", written by perfguard in :mod:`perfguard.engine.dilation`), with the
+  ``segment_lengths`` and ``dilation_rates`` the module was built with;
+- ``"dilated"``: dilated attention in the mode each case is built with (the entry's ``modes``,
+  ``longnet`` and ``head_groups``); the module's own ``attention_pattern`` is the reference and
+  must equal perfguard's definition (verify's ``same_fn``), and entries that name it in
+  ``same_function_as`` are held to that definition too;
 - ``"pattern"``: the module's own ``attention_pattern(seq_len, is_causal=, num_heads=)`` counts.
 
 How one is built: ``factory`` (``"module:attribute"`` or a callable) is called with the entry's
@@ -18,9 +23,18 @@ How one is built: ``factory`` (``"module:attribute"`` or a callable) is called w
 perfguard gives for a benchmark shape (``segment_lengths`` and ``dilation_rates`` for the length,
 ``num_heads``, ``embed_dim`` for a multihead module, ``mode``, ``device``, ``dtype``): each one only
 when the factory's signature names it (``**kwargs`` names none) or the entry's config has it
-(``mode`` too when the entry declares ``modes``), so a
-class that has no ``num_heads`` is built without one.  A factory without ``device`` / ``dtype``
-gets ``.to(device, dtype)``.
+(``mode`` too when the entry declares ``modes``, ``backend`` when it declares ``kernels``, the
+keywords of its ``sequence_parallel``), so a class that has no ``num_heads`` is built without one.
+A factory without ``device`` / ``dtype`` gets ``.to(device, dtype)``.
+
+Two optional parts of an entry give it two more suites; an entry without them is simply not in
+those (docs/guarding-your-package.md):
+
+- ``kernels``: the ``module`` (inside the guarded package) that says which attention kernels the
+  factory can be asked for with ``backend=``: the history-only kernel comparison
+  (``Backends.track_time``) times the entry on each (:data:`KERNEL_MODULE_NAMES`);
+- ``sequence_parallel``: a :class:`SequenceParallel`, the keywords that make a module spread one
+  sequence over the ranks of the default process group: the distributed suite measures the entry.
 """
 
 from __future__ import annotations
@@ -34,10 +48,20 @@ from typing import Any, Literal
 
 import torch
 
-Target = Literal["cpu", "gpu", "bench"]
+from perfguard.declaration import COMPUTES, KERNEL_MODULE_NAMES
 
-#: the functions an entry may declare (see the module docstring)
-COMPUTES = ("dense", "longnet", "head_groups", "pattern")
+__all__ = [
+    "COMPUTES",
+    "KERNEL_MODULE_NAMES",
+    "ImplConfig",
+    "Implementation",
+    "SequenceParallel",
+    "ShapeConfig",
+    "Target",
+    "config",
+]
+
+Target = Literal["cpu", "gpu", "bench"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +96,21 @@ def config(batch: int, seq_len: int, num_heads: int, head_dim: int, **kwargs: An
 
 
 @dataclass(frozen=True)
+class SequenceParallel:
+    """How an entry's module spreads one sequence over the ranks of the default process group.
+
+    In the distributed suite rank ``r`` of ``N`` holds the contiguous positions
+    ``perfguard.engine.shards.shard_lengths(n, N)[r]`` of q, k and v (as even as possible, the first
+    ranks one longer) and calls the module on them; the module computes the attention of the whole
+    sequence for its own queries.  ``ranks`` are the constructor keywords for ``N > 1`` ranks,
+    ``one_rank`` those for a group of one (the single-device point of the scaling view).
+    """
+
+    ranks: Mapping[str, Any]
+    one_rank: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
 class Implementation:
     """One implementation of a guarded package (see the module docstring)."""
 
@@ -91,6 +130,8 @@ class Implementation:
     description: str = ""
     guarded: bool = True
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    kernels: str | None = None  # "module" with KERNEL_MODULE_NAMES: the kernel comparison
+    sequence_parallel: SequenceParallel | None = None  # the distributed suite
 
     def __post_init__(self) -> None:
         if self.computes not in COMPUTES:
@@ -126,8 +167,11 @@ class Implementation:
         factory = self.cls
         takes = _parameters(factory)
         placed = {"device": device, "dtype": dtype}
-        # the entry's own keywords always; `mode` when it declares modes; the others where named
-        own = {*cfg.kwargs, *(("mode",) if self.modes else ())}
+        # the entry's own keywords always (its config's, `mode`, `backend`, its sequence-parallel
+        # ones: module docstring); the others where the factory names them
+        own = {*cfg.kwargs, *(("mode",) if self.modes else ()), *(("backend",) if self.kernels else ())}
+        if self.sequence_parallel is not None:
+            own.update(self.sequence_parallel.ranks, self.sequence_parallel.one_rank)
         kwargs = {k: v for k, v in offered.items() if k in takes or k in own}
         kwargs.update({k: v for k, v in placed.items() if v is not None and k in takes})
         module = factory(**kwargs)

@@ -15,7 +15,8 @@ benchmark measures, so they are stored with every result (``info.config``), neve
 existing (profile, seq_len).
 
 **Distributed profiles** (``distributed``: 128K–1M tokens; ``distributed-quick``: 2K and 4K
-tokens, the CPU smoke run) measure the ring implementations across ranks with their own suite
+tokens, the CPU smoke run) measure the implementations that declare a sequence-parallel path
+(``attention``: the rings) across ranks with their own suite
 (``asv_benchmarks/bench_distributed.py``): perfguard starts every round of them under ``torchrun``
 with :func:`ranks_for` processes (one per visible GPU, 2 on the CPU, or ``$PERFGUARD_RANKS``), and
 the number of ranks is part of the machine key (:func:`perfguard.engine.machine.with_ranks`).  Their
@@ -49,10 +50,6 @@ RANKS_ENV = "PERFGUARD_RANKS"
 #: The asv module of the single-process suite and of the distributed one.
 SUITE = "bench_attention"
 DISTRIBUTED_SUITE = "bench_distributed"
-#: The implementations with a sequence-parallel path (``attention._distributed``): the distributed suite's.
-DISTRIBUTED_IMPLS = ("ring", "hilbert_ring", "multihead_ring")
-#: The implementation the backends comparison times on each attention kernel (its ``backend=``).
-BACKEND_IMPL = "improved"
 
 #: The largest segments (and their rates) used from 8K tokens up.
 LONG_SEGMENTS = (2048, 4096, 8192)
@@ -158,7 +155,7 @@ def distributed_dilation(seq_len: int) -> dict[str, list[int]]:
     attends ``b`` keys per query row), ``b = min(2048, n / 16)``: at 128K tokens
     ``[2048, 8192, 32768, 131072]`` with rates ``[1, 4, 16, 64]``, at 4K ``[256, 1024, 4096]``
     with ``[1, 4, 16]``.  Because a segment spans every rank's shard, every key/value shard
-    travels the whole ring (``attention._distributed.ring_steps`` = the number of ranks).
+    travels the whole ring of ranks.
     """
     if seq_len < 64:
         raise ValueError(f"a distributed benchmark needs at least 64 tokens, got {seq_len}")

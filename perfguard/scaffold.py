@@ -4,7 +4,10 @@ A repository needs five things to be guarded (docs/guarding-your-package.md): ``
 the asv suite (``asv_benchmarks/``: perfguard's own suite, copied unchanged, so that plain
 ``python -m asv run`` runs it); the declaration in ``pyproject.toml`` (``[tool.perfguard]``
 ``package`` and ``registry``, :mod:`perfguard.declaration`); a registry with one worked entry
-(``<package>/perfguard_registry.py``); and the workflows (``.github/workflows/perfguard-*.yml``).
+(``<package>/perfguard_registry.py``); and the workflows (``.github/workflows/perfguard-*.yml``:
+the ones perfguard's own repository runs, fork approval, the untrusted check, the comment and the
+Pages site included, with perfguard installed at the version that wrote them; docs/ci.md) and the
+actionlint configuration that names their runner labels (``.github/actionlint.yaml``).
 
 A file that exists is left as it is and reported as skipped; the one exception is a
 ``pyproject.toml`` without a ``[tool.perfguard]`` table, to which the table is appended (nothing
@@ -19,6 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perfguard import __version__
 from perfguard.errors import UsageError
 from perfguard.files import write_atomic
 
@@ -30,6 +34,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 _HERE = Path(__file__).resolve().parent
 TEMPLATES = _HERE / "templates" / "init"
 SUITE = _HERE / "engine" / "asv_suite"
+#: the workflows ``perfguard init`` writes (templates/init/, as .github/workflows/ of the repository)
+WORKFLOWS = ("perfguard-main.yml", "perfguard-pr.yml", "perfguard-fork-approval.yml")
 #: top-level directories that are never the guarded package
 NOT_PACKAGES = frozenset({"tests", "test", "asv_benchmarks", "docs", "examples", "benchmarks", "scripts"})
 
@@ -81,7 +87,7 @@ def init_repository(root: Path, package: str | None = None, source: str | None =
             hint="pass the import name of your package (--package) and its directory (--source)",
         )
     out = InitOutcome(root, package, source)
-    values = {"package": package, "project": root.name}
+    values = {"package": package, "project": root.name, "version": __version__}
 
     def put(relative: str, text: str) -> None:
         target = root / relative
@@ -102,8 +108,9 @@ def init_repository(root: Path, package: str | None = None, source: str | None =
     registry = (package_dir / "perfguard_registry.py").relative_to(root).as_posix()
     put(registry, template("perfguard_registry.py.tmpl"))
     _declare(root / "pyproject.toml", package, source, out)
-    put(".github/workflows/perfguard-main.yml", template("perfguard-main.yml"))
-    put(".github/workflows/perfguard-pr.yml", template("perfguard-pr.yml"))
+    for workflow in WORKFLOWS:
+        put(f".github/workflows/{workflow}", template(workflow))
+    put(".github/actionlint.yaml", template("actionlint.yaml"))
     return out
 
 

@@ -218,10 +218,18 @@ def test_ranks_are_one_per_gpu_two_on_the_cpu_or_what_the_environment_says() -> 
 
 def test_bench_regexes_of_the_distributed_suite_select_its_implementations() -> None:
     """``perfguard verify --bench`` (what a check verifies) knows the distributed suite's labels."""
-    labels = suite_labels(["ring", "dilated"], [2048], ["float32"])
+    from attention.registry import REGISTRY
+    from perfguard.engine import guarded
+
+    distributed = [n for n, e in REGISTRY.items() if guarded.sequence_parallel(e) is not None]
+    assert distributed == ["ring", "hilbert_ring", "multihead_ring"]  # what the registry declares
+    labels = suite_labels(["ring", "dilated"], [2048], ["float32"], distributed=distributed)
     assert "bench_distributed.Work.track_forward_flops('ring', 2048, 'float32')" in labels
     assert "bench_distributed.Communication.track_forward('ring', 2048, 'float32')" in labels
     assert not any(label.startswith("bench_distributed.") and "'dilated'" in label for label in labels)
+    # where the declaration is not read (a check's own process), every implementation may have them
+    unknown = suite_labels(["dilated"], [2048], ["float32"])
+    assert "bench_distributed.Forward.track_time('dilated', 2048, 'float32')" in unknown
 
 
 # --- machine keys -------------------------------------------------------------------------------------

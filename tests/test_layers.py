@@ -1,4 +1,5 @@
-"""The module map of docs/design.md, held: data flows one way, and only the CLI knows click.
+"""The module map of docs/design.md, held: data flows one way, only the CLI knows click, and the
+guarded package is reached only through its declaration.
 
 Every module of ``perfguard/`` has a stage (machine → timing → suite → run → store → compare →
 report → the commands → api → cli); an import, at the top of a module or inside a function, may
@@ -56,6 +57,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ),
     (
         "engine.guarded",
+        "engine.dilation",
         "engine.asv_suite",
         "engine.benchmark_methods",
         "engine.cases",
@@ -154,3 +156,60 @@ def test_only_the_cli_imports_click() -> None:
         if name == "click" or name.startswith("click.")
     ]
     assert not offenders, "the library must be callable without click: " + ", ".join(offenders)
+
+
+#: The guarded package of this repository: perfguard may reach it only through the declaration
+#: (``[tool.perfguard]`` and the registry it names, read by perfguard.engine.guarded), as it reaches
+#: any other package (docs/guarding-your-package.md).
+GUARDED = "attention"
+
+
+def reaches_by_name(path: Path) -> list[str]:
+    """Where the file reaches a package module by a name it holds itself: an ``import`` of the
+    guarded package (function bodies included), or an ``import_module`` / ``__import__`` of a name
+    written in the code (a literal or an f-string), which is how a private path would come back."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        if any(n == GUARDED or n.startswith(GUARDED + ".") for n in names):
+            found.append(f"{node.lineno}: imports {', '.join(names)}")
+        if isinstance(node, ast.Call) and node.args:
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if called in ("import_module", "__import__") and isinstance(
+                node.args[0], (ast.Constant, ast.JoinedStr)
+            ):
+                found.append(f"{node.lineno}: {called}({ast.unparse(node.args[0])})")
+    return found
+
+
+def test_perfguard_reaches_the_guarded_package_only_through_its_declaration() -> None:
+    offenders = [
+        f"perfguard/{path.relative_to(ROOT)}:{where}"
+        for path in modules().values()
+        for where in reaches_by_name(path)
+    ]
+    # the templates `perfguard init` writes are code of the user's repository, not perfguard's
+    assert not offenders, (
+        f"perfguard reaches {GUARDED} (or a module it names itself) outside the declaration; compute it in "
+        "perfguard or make it part of the declaration (docs/guarding-your-package.md):\n"
+        + "\n".join(offenders)
+    )
+
+
+def test_the_scan_sees_a_private_import(tmp_path: Path) -> None:
+    """The scan above finds each way a private path came in before (issue 29)."""
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "import importlib\n"
+        "def f(name):\n"
+        "    from attention.pattern import dilated_pattern\n"
+        "    import attention._plan\n"
+        "    return importlib.import_module(f'{name}._kernel_selection')\n",
+        encoding="utf-8",
+    )
+    assert [w.split(":")[0] for w in reaches_by_name(planted)] == ["3", "4", "5"]

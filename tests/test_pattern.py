@@ -132,6 +132,27 @@ def test_vectorised_pattern_equals_the_loop_definition(seed: int) -> None:
             assert torch.equal(got, want), (n, heads, segs, rates, mode, causal)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_perfguards_own_definition_equals_the_packages(seed: int) -> None:
+    """perfguard's writing of the semantics (what verify's reference and the FLOP counts use, without
+    importing ``attention``) and ``attention.pattern`` agree, pattern and closed-form pair count."""
+    from perfguard.engine import dilation
+
+    rng = random.Random(1000 + seed)
+    segs, rates = _random_config(rng)
+    heads = rng.randint(len(segs), 7)
+    n = rng.choice([1, 2 * rng.randint(1, 20) + 1, max(segs) * 3 - 5 if max(segs) > 2 else 3])
+    for mode in ("longnet", "head_groups"):
+        for causal in (False, True):
+            ours = dilation.dilated_pattern(n, heads, segs, rates, mode, causal)
+            assert ours.dtype == torch.int32
+            assert torch.equal(ours, _loop_pattern(n, heads, segs, rates, mode, causal)), (n, segs, rates)
+            pairs = dilation.dilated_attended_pairs(n, heads, segs, rates, mode, causal)
+            assert pairs == int(ours.sum()) == dilated_attended_pairs(n, heads, segs, rates, mode, causal)
+    with pytest.raises(ValueError, match="head per branch"):
+        dilation.dilated_pattern(8, 1, [4, 8], [1, 2], "head_groups")
+
+
 def test_registry_cpu_config_pattern_equals_the_loop_definition() -> None:
     for mode in ("longnet", "head_groups"):
         for causal in (False, True):
@@ -207,3 +228,33 @@ def test_segments_longer_than_the_sequence_cost_only_the_sequence() -> None:
     for causal in (False, True):
         got = dilated_pattern(10, 3, segs, rates, "longnet", causal)
         assert torch.equal(got, _loop_pattern(10, 3, segs, rates, "longnet", causal))
+
+
+def test_every_registered_module_counts_its_attended_pairs_as_its_pattern_does() -> None:
+    """``attended_pairs`` (what perfguard's FLOP counts read, docs/guarding-your-package.md) is the
+    sum of ``attention_pattern``, for every implementation, causal or not, at lengths that cut a
+    segment (and a block) short; perfguard counts a module without it from the pattern itself."""
+    from attention.registry import REGISTRY
+    from perfguard.engine.cases import attended_pairs
+
+    for name, spec in REGISTRY.items():
+        module = spec.build("cpu")
+        for n in (91, 64, 37):
+            for causal in (False, True):
+                pattern = int(module.attention_pattern(n, causal, num_heads=5).sum())
+                assert module.attended_pairs(n, causal, num_heads=5) == pattern, (name, n, causal)
+        core = getattr(module, "attention", module)
+
+        counted = attended_pairs(_PatternOnly(core), 91, 5, "pattern", {})
+        assert counted == attended_pairs(module, 91, 5, "pattern", {}) == core.attended_pairs(91, num_heads=5)
+
+
+class _PatternOnly(torch.nn.Module):
+    """A module with a pattern and no ``attended_pairs`` (another package's)."""
+
+    def __init__(self, core: torch.nn.Module) -> None:
+        super().__init__()
+        self.core = core
+
+    def attention_pattern(self, *args: object, **kwargs: object) -> torch.Tensor:
+        return self.core.attention_pattern(*args, **kwargs)

@@ -141,7 +141,7 @@ def test_a_bench_selection_of_the_comparison_verifies_improved_alone() -> None:
     from perfguard.engine.suite import suite_labels
     from perfguard.verify.planning import scope
 
-    labels = suite_labels(["dilated", "improved"], [SEQ], ["float32"], backends.KERNELS)
+    labels = suite_labels(["dilated", "improved"], [SEQ], ["float32"], kernels={"improved": backends.KERNELS})
     assert f"bench_attention.Backends.track_time('improved', 'math', {SEQ}, 'float32')" in labels
     assert not any("Backends" in label and "'dilated'" in label for label in labels)
     impls, _ = scope(REGISTRY, impls=(), dtypes=(), device="cpu", bench_regexes=(ONLY,), profile_name="quick")

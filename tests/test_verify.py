@@ -100,7 +100,7 @@ def test_nan_only_in_causal_cases() -> None:
 def test_swapped_arguments_are_caught_by_the_pattern_comparison() -> None:
     row = _row("broken_swapped_args")
     assert row.checks["same_fn"].status == "fail"
-    assert "differs from attention.pattern.dilated_pattern" in row.checks["same_fn"].detail
+    assert "differs from perfguard.engine.dilation.dilated_pattern" in row.checks["same_fn"].detail
     # the module is honest about what it computes, so the reference alone would not catch it
     assert row.checks["reference"].status == "pass"
 
@@ -172,7 +172,7 @@ class PrecisionChangingCore(doubles.GoodCore):
 
 def test_global_numerics_changes_are_noted_and_undone() -> None:
     spec = doubles.entry_for("precision", PrecisionChangingCore, same_function_as="dilated")
-    report = run_verify({"precision": spec}, device="cpu")
+    report = run_verify({**doubles.ROOTS, "precision": spec}, impls=["precision"], device="cpu")
     assert any("float32_matmul_precision 'highest' -> 'medium'" in n for n in report.rows[0].notes)
     assert torch.get_float32_matmul_precision() == "highest"
     assert report.settings["float32_matmul_precision"] == "highest"
@@ -226,11 +226,24 @@ class DeviceRecordingCore(doubles.GoodCore):
         return super().attention_pattern(seq_len, is_causal, num_heads=num_heads).to(device)
 
 
+def test_a_root_the_registry_leaves_out_is_said_not_guessed() -> None:
+    """Which pattern ``same_function_as`` holds an entry to comes from the registry, never from a name
+    perfguard knows: without its root the check is not applicable, and says why."""
+    spec = doubles.entry_for("alone", doubles.GoodCore, same_function_as="dilated")
+    row = run_verify({"alone": spec}, device="cpu").rows[0]
+    assert row.checks["same_fn"].status == "n/a"
+    assert (
+        row.checks["same_fn"].not_applicable
+        == "same_function_as names dilated, which this registry leaves out"
+    )
+    assert row.checks["reference"].status == "pass"
+
+
 def test_patterns_are_asked_for_on_the_rows_device() -> None:
     DeviceRecordingCore.asked.clear()
     spec = doubles.entry_for("recording", DeviceRecordingCore, same_function_as="dilated")
-    report = run_verify({"recording": spec}, device="cpu")
-    assert report.passed
+    report = run_verify({**doubles.ROOTS, "recording": spec}, impls=["recording"], device="cpu")
+    assert report.passed and report.rows[0].checks["same_fn"].status == "pass"
     # verify asks once per case, on the row's device (the double's own forward asks without one)
     assert [d for d in DeviceRecordingCore.asked if d is not None] == ["cpu"] * 4
     # a module written before the keyword (GoodCore) still works: its pattern is moved

@@ -110,7 +110,7 @@ def test_why_is_spelled_out(runs: dict[str, Ran]) -> None:
     assert "broken_ring_no_lse [cpu float32] reference: rel err" in out
     assert "> 1e-05 (longnet, non-causal)" in out
     out = runs["broken_swapped_args"].stdout
-    assert "same_fn: declared pattern differs from attention.pattern.dilated_pattern" in out
+    assert "same_fn: declared pattern differs from perfguard.engine.dilation.dilated_pattern" in out
     out = runs["broken_tensor_return"].stdout
     assert "return: returned a plain Tensor; multihead modules must return exactly (output, None)" in out
 

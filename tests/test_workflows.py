@@ -121,14 +121,6 @@ def test_workflows_pass_actionlint() -> None:
     assert findings == [], "actionlint findings:\n" + _format(findings)
 
 
-def test_the_workflows_perfguard_init_writes_pass_actionlint() -> None:
-    """``perfguard init`` writes these into other repositories (perfguard/scaffold.py)."""
-    templates = sorted((ROOT / "perfguard" / "templates" / "init").glob("*.yml"))
-    assert [p.name for p in templates] == ["perfguard-main.yml", "perfguard-pr.yml"]
-    findings = run_actionlint(templates, ROOT)
-    assert findings == [], "actionlint findings:\n" + _format(findings)
-
-
 BROKEN_WORKFLOW = """\
 name: broken
 on:

@@ -541,19 +541,26 @@ def fake_api() -> Iterator[FakeAPI]:
 
 
 def run_approval(
-    tmp: Path, origin: dict[str, Any], event: dict[str, Any], gate: JobResult, api: FakeAPI | None
+    tmp: Path,
+    origin: dict[str, Any],
+    event: dict[str, Any],
+    gate: JobResult,
+    api: FakeAPI | None,
+    workflow: Path = WORKFLOWS / "perfguard-pr.yml",
+    vars: dict[str, str] | None = None,
 ) -> JobResult:
     """The PR workflow's approval job: the base branch checked out, the API at ``api`` (if any)."""
     runner = make_runner(
         tmp / "approval",
         event,
+        vars=vars,
         sha=origin["base"],
         base_env={"PATH": os.environ["PATH"]},
         **({"api_url": api.url} if api else {}),
     )
     runner.workspace.parent.mkdir(parents=True, exist_ok=True)
     runner.handlers = {"actions/checkout": checkout_handler(origin["url"], runner.workspace)}
-    return runner.run_job(load_workflow(WORKFLOWS / "perfguard-pr.yml"), "approval", needs_context(gate))
+    return runner.run_job(load_workflow(workflow), "approval", needs_context(gate))
 
 
 @pytest.mark.parametrize(
@@ -674,14 +681,18 @@ def run_pr_workflow(
     bench: str = BENCH_REGEX,
     event: dict[str, Any] | None = None,
     api: FakeAPI | None = None,
+    workflow_path: Path = WORKFLOWS / "perfguard-pr.yml",
+    vars: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Gate, the acceptance approval, the benchmark job on the 'GPU runner' of the PR pool, then the
-    comment job (dry run).  ``event``: a push of ``head`` unless given; ``api``: GitHub's API."""
-    workflow = load_workflow(WORKFLOWS / "perfguard-pr.yml")
+    comment job (dry run).  ``event``: a push of ``head`` unless given; ``api``: GitHub's API;
+    ``workflow_path``: another PR workflow (the one ``perfguard init`` writes), with ``vars``."""
+    workflow = load_workflow(workflow_path)
+    vars = vars or {}
     event = event or pr_event(head, base_ref=base_ref)
     gate = run_gate(tmp / "gate", event)
     assert gate.outputs["run"] == "true", gate.log
-    approval = run_approval(tmp, origin, event, gate, api)
+    approval = run_approval(tmp, origin, event, gate, api, workflow_path, vars)
     assert approval.outcome == "success", approval.log
 
     artifacts = tmp / "artifacts"
@@ -690,6 +701,7 @@ def run_pr_workflow(
         event,
         sha=origin["base"],  # pull_request_target: the base branch's commit (this workflow's file)
         vars={
+            **vars,
             "PERFGUARD_PYTHON": str(prepared_python),
             "PERFGUARD_PROFILE": "quick",
             "PERFGUARD_BENCH": bench,
@@ -719,6 +731,7 @@ def run_pr_workflow(
     commenter = make_runner(
         tmp / "comment",
         event,
+        vars=vars,
         sha=origin["base"],
         base_env={
             "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
@@ -874,6 +887,46 @@ def test_wrong_head_fails_verification_before_anything_is_timed(
     assert "`perfguard verify` found a regression, a broken benchmark or a failed verification" in job.summary
     assert "dilated" in job.summary
     assert (run["artifact"] / "verify.json").stat().st_size > 0
+    assert run["plan"] is not None and "dilated" in run["plan"]["body"]
+    assert_isolated(run)
+
+
+@pytest.mark.slow
+def test_the_pr_workflow_perfguard_init_writes_runs_the_same_way(
+    tmp_path: Path, origin: dict[str, Any], prepared_python: Path, runner_store: Path
+) -> None:
+    """The workflow another repository gets from ``perfguard init`` (perfguard installed from the
+    pinned requirement, here this checkout's wheel, instead of a checkout of the base branch): the
+    gate, the approval, the untrusted job and the comment run as this repository's do, and a head
+    that fails verification fails the job with its report published, the runner left as it was."""
+    from test_guarding_external_package import _perfguard_wheel
+
+    from perfguard.scaffold import init_repository
+
+    wheel = _perfguard_wheel(tmp_path / "wheel")
+    written = tmp_path / "written"
+    (written / "pkg").mkdir(parents=True)
+    (written / "pkg" / "__init__.py").write_text("")
+    init_repository(written, "pkg")
+    run = run_pr_workflow(
+        tmp_path / "run",
+        origin,
+        origin["wrong"],
+        prepared_python,
+        runner_store,
+        workflow_path=written / ".github" / "workflows" / "perfguard-pr.yml",
+        vars={"PERFGUARD_REQUIREMENT": str(wheel)},
+    )
+    job: JobResult = run["job"]
+    install = job.step("Install perfguard (pinned) into the job's virtualenv")
+    assert install.outcome == "success", install.output
+    verify = job.step("perfguard verify")
+    assert verify.returncode == 1, verify.output
+    assert job.step("perfguard check").outcome == "skipped"
+    assert job.outcome == "failure"
+    assert "dilated" in job.summary
+    assert (run["artifact"] / "verify.json").stat().st_size > 0
+    assert run["comment_job"].outcome == "success", run["comment_job"].log
     assert run["plan"] is not None and "dilated" in run["plan"]["body"]
     assert_isolated(run)
 

@@ -199,7 +199,7 @@ class PlantedCommit:
     fraction: float
     sha: str
     parent: str
-    path: Path  # the clone: its attention/ package is what the planted rounds import
+    path: Path  # the clone: its declared package is what the planted rounds import
     subject: str
 
 

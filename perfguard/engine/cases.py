@@ -9,14 +9,15 @@ step).  It also knows the work it stands for: tokens per call and the attended-p
 forward pass (``research/gpu_timing.md`` §3: 4·d FLOPs per attended (head, query, key) pair,
 counting multiplicity; backward 2.5× forward), from which perfguard derives tokens/s and TFLOP/s.
 
-A case may name the attention kernel its module runs (``backend``: ``improved`` on cuDNN, flash,
-math, ... for the backends comparison, :data:`BACKEND_IMPL`); the kernel is then part of the case.
+A case may name the attention kernel its module runs (``backend``: an implementation that declares
+a ``kernels`` module, on cuDNN, flash, math, ... for the kernel comparison,
+:func:`kernel_comparison`); the kernel is then part of the case.
 
 A case that cannot run here raises :class:`Unsupported` (a ``NotImplementedError``, which asv
 reports as *skipped*, never as failed): CUDA asked for but absent, a dtype the implementation does
 not support, a size that does not fit the GPU, a CPU run of a length beyond
 :data:`CPU_MAX_SEQ_LEN`, or a kernel that cannot run this device, dtype and head size (with
-``attention``'s own reason), or that failed at its first call and left the work to another kernel.
+the package's own reason), or that failed at its first call and left the work to another kernel.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ import torch
 
 from perfguard import profiles
 from perfguard.engine import guarded
-from perfguard.profiles import BACKEND_IMPL, SUITE_VERSION
+from perfguard.engine.dilation import dilated_attended_pairs
+from perfguard.profiles import SUITE_VERSION
 
 #: Longest sequence benchmarked on the CPU: beyond it, one call of the straightforward
 #: implementation takes minutes and the suite would never finish on a CI machine.
@@ -41,15 +43,15 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 __all__ = [
-    "BACKEND_IMPL",
     "SUITE_VERSION",
     "Case",
     "Unsupported",
+    "attended_pairs",
     "build",
     "device_from_environment",
     "first_call",
     "first_call_of",
-    "kernels",
+    "kernel_comparison",
 ]
 
 
@@ -129,58 +131,50 @@ class Case:
         }
 
 
-def _attended_pairs(
+def attended_pairs(
     module: torch.nn.Module, seq_len: int, num_heads: int, what: str, kwargs: dict[str, Any]
 ) -> int:
     """(head, query, key) pairs one forward computes, counting multiplicity, without an (H, n, n) tensor.
 
     ``what``: the function the entry declares (:func:`perfguard.engine.guarded.computes`); a dilated
-    one is counted with the segments and rates it was built with (``kwargs``).
+    one is counted by perfguard's definition (:mod:`perfguard.engine.dilation`) with the segments
+    and rates it was built with (``kwargs``).  A module that computes its own pattern (``pattern``,
+    ``dilated``) is counted by its own ``attended_pairs(seq_len, is_causal=, num_heads=)`` where it
+    has one (the sum of its pattern, in closed form: docs/guarding-your-package.md), else by summing
+    its ``attention_pattern``.
     """
-    from attention.pattern import dilated_attended_pairs
-
     if what == "dense":
         return num_heads * seq_len * seq_len
     if what in ("longnet", "head_groups"):
         segments, rates = kwargs["segment_lengths"], kwargs["dilation_rates"]
         return dilated_attended_pairs(seq_len, num_heads, segments, rates, what)
     core = getattr(module, "attention", module)
-    if not hasattr(core, "segment_lengths") and not hasattr(core, "active_blocks"):
-        counts = core.attention_pattern(seq_len, is_causal=False, num_heads=num_heads)  # its own pattern
-        return int(counts.sum().item())
-    active_blocks = getattr(core, "active_blocks", None)
-    if active_blocks is not None:  # block-sparse: its own pattern
-        bs = int(core.block_size)
-        active = active_blocks(seq_len, False).to(torch.int64)
-        nb = active.shape[0]
-        sizes = torch.full((nb,), bs, dtype=torch.int64)
-        sizes[-1] = seq_len - bs * (nb - 1)
-        pairs = (sizes[:, None] * sizes[None, :] * active).sum().item()
-        return int(pairs) * num_heads
-    return dilated_attended_pairs(
-        seq_len, num_heads, core.segment_lengths, core.dilation_rates, getattr(core, "mode", "longnet")
-    )
+    counter = getattr(core, "attended_pairs", None)
+    if counter is not None:
+        return int(counter(seq_len, is_causal=False, num_heads=num_heads))
+    counts = core.attention_pattern(seq_len, is_causal=False, num_heads=num_heads)  # its own pattern
+    return int(counts.sum().item())
 
 
-def kernels() -> tuple[str, ...]:
-    """The attention kernels the measured commit's guarded package can be asked for by name.
+def kernel_comparison() -> dict[str, tuple[str, ...]]:
+    """The kernel comparison of the measured commit's package: implementation -> the kernels its
+    declared ``kernels`` module lists (docs/guarding-your-package.md), for every entry that has one.
 
-    Empty for a package without a ``backends`` module (another package, or a commit of ``attention``
-    that predates it): its suite then has no backends comparison rather than an import error.
+    Empty for a package whose entries declare none (another package, or a commit of ``attention``
+    from before the declaration had them): its suite then has no comparison, not an import error.
     """
-    backends = guarded.current().submodule("backends")
-    return tuple(getattr(backends, "KERNELS", ())) if backends is not None else ()
-
-
-def _unavailable(backend: str, device: str, dtype: str, head_dim: int) -> str | None:
-    """The guarded package's ``backends``' reason why ``backend`` cannot run here (None: it can)."""
     package = guarded.current()
-    backends = package.submodule("backends")
-    if backends is None:
-        return f"this commit's {package.name} cannot be asked for a kernel (no {package.name}.backends)"
-    reasons = dict(backends.available(device, DTYPES[dtype], head_dim))
+    return {name: tuple(package.kernels(name).KERNELS) for name in package.with_kernels()}
+
+
+def _unavailable(impl: str, backend: str, device: str, dtype: str, head_dim: int) -> str | None:
+    """The declared kernels module's reason why ``impl`` cannot run ``backend`` here (None: it can)."""
+    package = guarded.current()
+    if impl not in package.with_kernels():
+        return f"{impl} declares no kernels module: it has no kernel comparison"
+    reasons = dict(package.kernels(impl).available(device, DTYPES[dtype], head_dim))
     if backend not in reasons:
-        return f"this commit's attention has no kernel {backend!r}"
+        return f"this commit's {impl} has no kernel {backend!r}"
     return reasons[backend]
 
 
@@ -204,7 +198,7 @@ def build(
     shape = profile.shape(device)
     overrides: dict[str, Any] = dict(profiles.dilation_for(seq_len))
     if backend is not None:
-        why = _unavailable(backend, device, dtype, shape.head_dim)
+        why = _unavailable(impl, backend, device, dtype, shape.head_dim)
         if why is not None:
             raise Unsupported(why)
         overrides["backend"] = backend
@@ -220,7 +214,7 @@ def build(
         raise Unsupported(f"does not fit the GPU: {str(exc).splitlines()[0]}") from None
     config = {**{k: v for k, v in spec.config("bench").kwargs.items()}, **overrides}
     config.update(batch=shape.batch, seq_len=seq_len, num_heads=shape.num_heads, head_dim=shape.head_dim)
-    pairs = _attended_pairs(module, seq_len, shape.num_heads, guarded.computes(spec), config)
+    pairs = attended_pairs(module, seq_len, shape.num_heads, guarded.computes(spec), config)
     return Case(
         impl=impl,
         seq_len=seq_len,
@@ -267,19 +261,17 @@ def first_call(fn: Callable[[], Any], device: str) -> None:
 def first_call_of(case: Case, fn: Callable[[], Any]) -> None:
     """:func:`first_call`; for a case on a named kernel, also that the kernel is the one that ran.
 
-    A kernel that passes ``attention``'s capability checks can still fail at run time; the engine
-    then runs the next one with a ``RuntimeWarning`` (for that call, or for the rest of the process
-    once the failure repeats: docs/attention.md, "Fallbacks").  A time taken after that could be
+    A kernel that passes the package's capability checks can still fail at run time; the package
+    may then run another one with a ``RuntimeWarning`` (``attention`` does, for that call or for the
+    rest of the process once the failure repeats: docs/attention.md, "Fallbacks"), and its declared
+    kernels module's ``running`` says which kernel a call runs now.  A time taken after that could be
     another kernel's under this one's name, so the case is skipped instead, with the engine's
     message as the reason, whether the fallback lasts one call or the process.
     """
     if case.backend is None:
         first_call(fn, case.device)
         return
-    import importlib
-
-    KernelSet = importlib.import_module(f"{guarded.current().name}._kernel_selection").KernelSet
-
+    declared = guarded.current().kernels(case.impl)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
         first_call(fn, case.device)
@@ -290,7 +282,7 @@ def first_call_of(case: Case, fn: Callable[[], Any]) -> None:
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     head_dim = int(case.config.get("head_dim", 0))
-    running = KernelSet(torch.device(case.device), DTYPES[case.dtype], head_dim, case.backend).name
+    running = declared.running(case.device, DTYPES[case.dtype], head_dim, case.backend)
     if said or running != case.backend:
         raise Unsupported(
             f"the {case.backend} kernel failed here at run time and {case.impl} fell back"

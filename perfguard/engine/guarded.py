@@ -5,8 +5,12 @@ imports the package and refuses, with a :class:`ConfigError` (exit 2) naming bot
 that came from anywhere else: an installed copy, an editable install of another checkout, a module
 imported before perfguard could choose.  Measuring or verifying the wrong code and saying "passed"
 is the one thing perfguard must never do (issue 29).  Then it reads the registry the declaration
-names and checks every entry's attributes (:data:`ENTRY_ATTRIBUTES`), so a bad registry is a clear
-error before anything is built.
+names and checks every entry's attributes (:data:`ENTRY_ATTRIBUTES`, and the optional ``computes``,
+``kernels`` and ``sequence_parallel``), so a bad registry is a clear error before anything is built.
+
+The declaration is perfguard's only way into the guarded package: the package, its registry, and
+the modules its entries name (factories, a ``kernels`` module).  perfguard never imports a module
+of the package by a name it knows itself (tests/test_layers.py holds that for ``attention``).
 
 :func:`current` is the package of this process: the repository of ``$PERFGUARD_SOURCE`` (set for a
 round's worker and a check's verification) or of the working directory, loaded once.
@@ -22,11 +26,19 @@ from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any
 
-from perfguard.declaration import Declaration, read_declaration, repository_root
+from perfguard.declaration import (
+    COMPUTES,
+    DOTTED_NAME,
+    KERNEL_MODULE_NAMES,
+    Declaration,
+    read_declaration,
+    repository_root,
+)
 from perfguard.errors import ConfigError
 
 #: What perfguard reads from a registry entry (perfguard.declare.Implementation has them all;
-#: ``attention.registry.ImplSpec`` too).  ``computes`` defaults to "pattern", ``guarded`` to True.
+#: ``attention.registry.ImplSpec`` too).  Optional: ``computes`` (default "pattern"), ``guarded``
+#: (True), ``kernels`` and ``sequence_parallel`` (None: the entry is in neither of those suites).
 ENTRY_ATTRIBUTES = (
     "name",
     "multihead",
@@ -40,8 +52,6 @@ ENTRY_ATTRIBUTES = (
     "same_function_as",
     "needs_distributed",
 )
-#: the functions an entry may declare it computes (perfguard.declare.COMPUTES)
-COMPUTES = ("dense", "longnet", "head_groups", "pattern")
 
 
 @dataclass(frozen=True)
@@ -66,19 +76,49 @@ class GuardedPackage:
             known = ", ".join(self.implementations)
             raise KeyError(f"unknown implementation {name!r} of {self.name}; known: {known}") from None
 
-    def submodule(self, name: str) -> ModuleType | None:
-        """``<package>.<name>`` when the package has it (e.g. ``backends``), else None."""
-        try:
-            return importlib.import_module(f"{self.name}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name in (f"{self.name}.{name}",):
-                return None
-            raise
+    def sequence_parallel(self) -> list[str]:
+        """The implementations that declare a sequence-parallel path (the distributed suite's)."""
+        return [n for n, e in self.implementations.items() if sequence_parallel(e) is not None]
+
+    def with_kernels(self) -> list[str]:
+        """The implementations that declare a ``kernels`` module (the kernel comparison's)."""
+        return [n for n, e in self.implementations.items() if getattr(e, "kernels", None)]
+
+    def kernels(self, name: str) -> ModuleType:
+        """The ``kernels`` module implementation ``name`` declares, imported and checked."""
+        return kernels_of(self.get(name))
 
 
 def computes(entry: Any) -> str:
     """What ``entry`` must compute: ``dense``, ``longnet``, ``head_groups`` or ``pattern``."""
     return str(getattr(entry, "computes", "pattern"))
+
+
+def kernels_of(entry: Any) -> ModuleType:
+    """The ``kernels`` module ``entry`` declares, imported and checked (:data:`KERNEL_MODULE_NAMES`)."""
+    declared = getattr(entry, "kernels", None)
+    where = f"registry entry {entry.name!r}: kernels = {declared!r}"
+    if not declared:
+        raise ConfigError(f"{where}: the entry declares no kernels module")
+    try:
+        module = importlib.import_module(declared)
+    except Exception as exc:
+        raise ConfigError(
+            f"{where}: importing it raised {type(exc).__name__}: {exc}", hint="fix the module or the name"
+        ) from exc
+    missing = [a for a in KERNEL_MODULE_NAMES if not hasattr(module, a)]
+    if missing:
+        raise ConfigError(
+            f"{where}: the module has no {', '.join(missing)}",
+            hint="a kernels module defines KERNELS, available(device, dtype, head_dim) and "
+            "running(device, dtype, head_dim, kernel) (docs/guarding-your-package.md)",
+        )
+    return module
+
+
+def sequence_parallel(entry: Any) -> Any | None:
+    """The entry's sequence-parallel declaration (``ranks``, ``one_rank`` keywords), or None."""
+    return getattr(entry, "sequence_parallel", None)
 
 
 _LOADED: dict[Path, GuardedPackage] = {}
@@ -165,6 +205,7 @@ def _registry(declaration: Declaration) -> dict[str, Any]:
                 f"{where}: {entry.name} declares computes={computes(entry)!r}",
                 hint=f"use one of {', '.join(COMPUTES)}",
             )
+        _check_optional(where, declaration.package, entry)
         if not getattr(entry, "guarded", True):
             continue
         if entry.name in out:
@@ -176,3 +217,22 @@ def _registry(declaration: Declaration) -> dict[str, Any]:
     # to the ring for the distributed suite): verify then has no sibling to compare it with, and
     # says so in its row; it is not a reason to refuse the whole package.
     return out
+
+
+def _check_optional(where: str, package: str, entry: Any) -> None:
+    """The optional parts of an entry (``kernels``, ``sequence_parallel``) hold what they must."""
+    kernels = getattr(entry, "kernels", None)
+    if kernels is not None and (not isinstance(kernels, str) or not DOTTED_NAME.match(kernels)):
+        raise ConfigError(
+            f"{where}: {entry.name} declares kernels={kernels!r}, not the dotted name of a module",
+            hint=f'name the module that lists its kernels, e.g. kernels="{package}.backends"',
+        )
+    parallel = sequence_parallel(entry)
+    if parallel is not None and not all(
+        isinstance(getattr(parallel, part, None), Mapping) for part in ("ranks", "one_rank")
+    ):
+        raise ConfigError(
+            f"{where}: {entry.name} declares sequence_parallel={parallel!r:.80}",
+            hint="use perfguard.declare.SequenceParallel(ranks={...}, one_rank={...}): the constructor "
+            "keywords for a group of ranks and for one rank",
+        )

@@ -1,14 +1,16 @@
-"""The case one rank measures in a distributed round: the ring module and this rank's shard of q, k, v.
+"""The case one rank measures in a distributed round: the module and this rank's shard of q, k, v.
 
 The distributed suite (``asv_benchmarks/bench_distributed.py``) times one long sequence spread over
-the round's ranks: rank ``r`` of ``N`` holds the contiguous positions ``attention._plan.split_lengths
-(n, N)[r]`` of q, k and v (random, seeded per rank, made on the device: no rank ever builds the
-whole sequence), and the module is built as the registry builds it for the benchmarks, with
-:func:`perfguard.profiles.distributed_dilation`'s segments and ``sequence_parallel=True`` (with
-one rank: the single-device ring with the registry's ``ring_size``, the N = 1 point of the scaling
-view).  The result is a plain :class:`perfguard.engine.cases.Case`, so
-:mod:`perfguard.engine.passes` measures it
-step by step exactly as it measures a single-process case.
+the round's ranks, for the implementations whose registry entry declares a sequence-parallel path
+(``sequence_parallel``, :class:`perfguard.declare.SequenceParallel`): rank ``r`` of ``N`` holds the
+contiguous positions :func:`shard_lengths` ``(n, N)[r]`` of q, k and v (random, seeded per rank,
+made on the device: no rank ever builds the whole sequence), and the module is built as the
+registry builds it for the benchmarks, with :func:`perfguard.profiles.distributed_dilation`'s
+segments and the entry's keywords for a group of ranks (``ranks``; with one rank ``one_rank``: the
+N = 1 point of the scaling view).  How the sequence is split is perfguard's, part of the contract
+a sequence-parallel module follows (docs/guarding-your-package.md).  The result is a plain
+:class:`perfguard.engine.cases.Case`, so :mod:`perfguard.engine.passes` measures it step by step
+exactly as it measures a single-process case.
 
 What the case stands for is the whole sequence: ``tokens`` and the attended-pair ``forward_flops``
 are the group's (tokens/s and TFLOP/s of the group), and ``info`` carries the world size and the
@@ -22,11 +24,14 @@ from typing import Any
 import torch
 
 from perfguard import profiles
+from perfguard.engine import cases, guarded, passes
 
-#: The implementations with a sequence-parallel path (``attention._distributed``), in suite order.
-from perfguard.engine import cases, passes
 
-RING_IMPLS = profiles.DISTRIBUTED_IMPLS
+def shard_lengths(seq_len: int, ranks: int) -> tuple[int, ...]:
+    """``seq_len`` positions split into ``ranks`` contiguous shards as evenly as possible, the first
+    ones one longer: rank ``r`` holds ``sum(lengths[:r])`` up to ``sum(lengths[:r + 1])``."""
+    base, extra = divmod(seq_len, ranks)
+    return tuple(base + (1 if r < extra else 0) for r in range(ranks))
 
 
 def world() -> tuple[int, int]:
@@ -40,39 +45,35 @@ def world() -> tuple[int, int]:
 
 def build(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Profile) -> cases.Case:
     """This rank's case for one benchmark x params, or raise :class:`perfguard.engine.cases.Unsupported`."""
-    from attention._plan import split_lengths
-    from attention.pattern import dilated_attended_pairs
-    from perfguard.engine import guarded
-
-    if impl not in RING_IMPLS:
-        raise cases.Unsupported(f"{impl} has no sequence-parallel path (only {', '.join(RING_IMPLS)})")
+    package = guarded.current()
+    if impl not in package.sequence_parallel():
+        known = ", ".join(package.sequence_parallel()) or "none"
+        raise cases.Unsupported(
+            f"{impl} declares no sequence-parallel path (sequence_parallel in {package.name}'s registry; "
+            f"declared: {known})"
+        )
     if device == "cuda" and not torch.cuda.is_available():
         raise cases.Unsupported("CUDA is not available here")
     if device == "cpu" and seq_len > cases.CPU_MAX_SEQ_LEN:
         raise cases.Unsupported(f"seq_len {seq_len} > {cases.CPU_MAX_SEQ_LEN} is not benchmarked on the CPU")
-    try:
-        spec = guarded.current().get(impl)
-    except KeyError as exc:
-        raise cases.Unsupported(str(exc)) from None
+    spec = package.get(impl)
+    parallel = guarded.sequence_parallel(spec)
     torch_dtype = cases.DTYPES[dtype]
     if torch_dtype not in (spec.cuda_dtypes if device == "cuda" else spec.cpu_dtypes):
         raise cases.Unsupported(f"{impl} does not support {dtype} on {device}")
     rank, size = world()
-    lengths = split_lengths(seq_len, size)
+    lengths = shard_lengths(seq_len, size)
     shape = profile.shape(device)
     dilation = profiles.distributed_dilation(seq_len)
     overrides: dict[str, Any] = dict(dilation)
-    if size > 1:
-        overrides.update(ring_size=None, sequence_parallel=True)
-    else:
-        overrides["sequence_parallel"] = False
+    overrides.update(parallel.ranks if size > 1 else parallel.one_rank)
     overrides.update(cases.head_overrides(spec.multihead, shape))
     try:
         module = spec.build("bench", device=device, dtype=torch_dtype, **overrides)
         inputs = _shard(spec.multihead, shape, lengths[rank], device, torch_dtype, seed=1000 + rank)
     except torch.cuda.OutOfMemoryError as exc:
         raise cases.Unsupported(f"does not fit the GPU: {str(exc).splitlines()[0]}") from None
-    config = {**dict(spec.bench.kwargs), **overrides}
+    config = {**dict(spec.config("bench").kwargs), **overrides}
     config.update(
         batch=shape.batch,
         seq_len=seq_len,
@@ -81,10 +82,7 @@ def build(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Pr
         world_size=size,
         shard_lengths=list(lengths),
     )
-    core = getattr(module, "attention", module)
-    pairs = dilated_attended_pairs(
-        seq_len, shape.num_heads, dilation["segment_lengths"], dilation["dilation_rates"], core.mode
-    )
+    pairs = cases.attended_pairs(module, seq_len, shape.num_heads, guarded.computes(spec), config)
     return cases.Case(
         impl=impl,
         seq_len=seq_len,

@@ -13,14 +13,14 @@ The suite itself (``asv_benchmarks/``) is plain asv; perfguard reads three thing
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from perfguard import metrics
 from perfguard.errors import BenchmarkError
-from perfguard.profiles import BACKEND_IMPL, DISTRIBUTED_IMPLS, DISTRIBUTED_SUITE, SUITE
+from perfguard.profiles import DISTRIBUTED_SUITE, SUITE
 from perfguard.store.records import ResultRecord
 from perfguard.store.result_info import ResultInfo
 
@@ -62,9 +62,10 @@ for _pass in ("forward", "forward_backward"):
 ACCURACY_TENSORS = ("output", "q", "k", "v")
 for _tensor in ACCURACY_TENSORS:
     _KINDS[f"Accuracy.track_{_tensor}_error"] = Kind.of(metrics.ERROR)
-#: ``improved``'s forward time on each attention kernel: reported, never gated.  It compares kernels
-#: on one machine (which is fastest where), not commits; a kernel that gets slower is torch's or
-#: the driver's business, and ``Forward.track_time`` gates the kernel ``improved`` really runs.
+#: The forward time of each implementation that declares a ``kernels`` module (``attention``:
+#: ``improved``) on each of its kernels: reported, never gated.  It compares kernels on one machine
+#: (which is fastest where), not commits; a kernel that gets slower is torch's or the driver's
+#: business, and ``Forward.track_time`` gates the kernel the implementation really runs.
 BACKENDS = "Backends.track_time"
 _KINDS[BACKENDS] = Kind.of("time", gated=False)
 #: Benchmarks measured for the history only (``perfguard run``): reported, never gated, so the
@@ -91,26 +92,34 @@ EFFICIENCY = Kind.of("efficiency")
 
 
 def suite_labels(
-    impls: Iterable[str], seq_lens: Iterable[int], dtypes: Iterable[str], kernels: Iterable[str] = ()
+    impls: Iterable[str],
+    seq_lens: Iterable[int],
+    dtypes: Iterable[str],
+    *,
+    kernels: Mapping[str, Sequence[str]] | None = None,
+    distributed: Collection[str] | None = None,
 ) -> list[str]:
     """asv's ``name(params)`` labels of the suites' benchmarks for these parameters (``--bench`` matching).
 
-    The single-process suite's, the distributed suite's for the implementations it runs, and the
-    backends comparison's (``impl, backend, seq_len, dtype``) for :data:`BACKEND_IMPL` on ``kernels``.
+    The single-process suite's; the distributed suite's for the implementations in ``distributed``
+    (those whose entry declares ``sequence_parallel``; None: not known here, e.g. in a check's own
+    process, which never imports the guarded package: every implementation's); and the kernel
+    comparison's (``impl, backend, seq_len, dtype``) for each implementation in ``kernels``
+    (implementation -> its declared kernels).
     """
     out = []
-    kernels = list(kernels)
+    kernels = kernels or {}
     for impl in impls:
-        suites = (SUITE_MODULE, DISTRIBUTED_SUITE) if impl in DISTRIBUTED_IMPLS else (SUITE_MODULE,)
+        parallel = distributed is None or impl in distributed
+        suites = (SUITE_MODULE, DISTRIBUTED_SUITE) if parallel else (SUITE_MODULE,)
         for seq_len in seq_lens:
             for dtype in dtypes:
                 params = f"({impl!r}, {seq_len!r}, {dtype!r})"
                 out += [f"{suite}.{name}{params}" for suite in suites for name in _PER_IMPL]
-                if impl == BACKEND_IMPL:
-                    out += [
-                        f"{SUITE_MODULE}.{BACKENDS}({impl!r}, {kernel!r}, {seq_len!r}, {dtype!r})"
-                        for kernel in kernels
-                    ]
+                out += [
+                    f"{SUITE_MODULE}.{BACKENDS}({impl!r}, {kernel!r}, {seq_len!r}, {dtype!r})"
+                    for kernel in kernels.get(impl, ())
+                ]
     return out
 
 

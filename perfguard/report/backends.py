@@ -1,8 +1,9 @@
-"""The attention-kernel comparison: ``improved``'s forward time on each kernel over sequence length.
+"""The attention-kernel comparison: an implementation's forward time on each kernel over sequence length.
 
-The suite's ``Backends.track_time`` (reported, never gated) times ``improved`` on every kernel
-``attention.backends`` knows; a kernel that cannot run a machine is stored as *skipped* with
-``attention``'s reason.  This view reads the stored series as they are, skipped points included
+The suite's ``Backends.track_time`` (reported, never gated) times every implementation whose
+registry entry declares a ``kernels`` module (``attention``: ``improved``) on every kernel that
+module lists; a kernel that cannot run a machine is stored as *skipped* with the package's reason.
+This view reads the stored series as they are, skipped points included
 (the other site views only keep values, so the reasons would be lost), and makes one group per
 machine x the parameters other than ``backend`` and ``seq_len`` (the implementation, the dtype):
 a table of kernel x sequence length at the group's **latest commit** (a comparison of kernels, so

@@ -38,7 +38,7 @@ BENCHMARK_LABELS = {
     "Accuracy.track_q_error": "q gradient error",
     "Accuracy.track_k_error": "k gradient error",
     "Accuracy.track_v_error": "v gradient error",
-    # improved's forward on each attention kernel (params: backend), reported
+    # a declared implementation's forward on each of its kernels (params: backend), reported
     "Backends.track_time": "per-kernel forward time",
 }
 #: Reported numbers computed from another benchmark's samples.  Mirrors

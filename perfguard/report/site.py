@@ -13,7 +13,7 @@ in the pages as JSON blocks, no request of any kind, guarded by a Content-Securi
 ``accuracy.html``           the error of one call against perfguard's float64 reference, per tensor and
                             dtype, against sequence length (its history: each series' page)
 ``ranks.html``              the distributed suite against the number of ranks (GPUs), with the ideal
-``backends.html``           ``improved`` on each attention kernel over sequence length at the latest commit:
+``backends.html``           a declared implementation on each of its kernels over sequence length (latest):
                             fastest marked, kernels that cannot run with why (:mod:`.backends`)
 ``regressions.html``        every marked change, newest first; every step ``perfguard changes`` stored and
                             every acceptance

@@ -10,18 +10,17 @@ from collections.abc import Mapping
 
 import torch
 
-from attention.pattern import dilated_pattern
 from perfguard.declare import ImplConfig, Implementation, ShapeConfig
 from perfguard.engine.accuracy import GRAD_FLOOR, relative_error
+from perfguard.engine.dilation import dilated_pattern
 from perfguard.engine.guarded import computes
 from perfguard.verify import probes
 from perfguard.verify.planning import Scenario
 from perfguard.verify.results import RowResult
 from perfguard.verify.shared import RunCache
 
-#: implementations whose pattern *is* the semantics of attention.pattern (the roots of "same function")
-SEMANTICS_ROOTS = frozenset({"dilated", "multihead_dilated"})
-
+#: what a root declared ``computes="dilated"`` is compared with (its pattern must be the semantics)
+SEMANTICS = "perfguard.engine.dilation.dilated_pattern (the semantics)"
 
 TARGET_OF_DEVICE = {"cpu": "cpu", "cuda": "gpu"}
 
@@ -107,7 +106,7 @@ class CaseRun:
 
     def check_pattern(self) -> torch.Tensor | None:
         causal = self.case.causal
-        if computes(self.spec) != "pattern":
+        if computes(self.spec) not in ("pattern", "dilated"):
             return self.declared_function()
         try:
             pattern = probes.declared_pattern(
@@ -180,7 +179,9 @@ class CaseRun:
     def _expected_pattern(self, device: torch.device) -> tuple[torch.Tensor, str]:
         """The pattern "same function" must reproduce, built once per run (:mod:`.shared`)."""
         causal, mode = self.case.causal, self.case.mode
-        if self.root in SEMANTICS_ROOTS:
+        assert self.root is not None
+        root_spec = self.registry[self.root]
+        if computes(root_spec) == "dilated":
             kwargs = self.cfg.kwargs
             segs, rates = tuple(kwargs["segment_lengths"]), tuple(kwargs["dilation_rates"])
             key = ("semantics", segs, rates, self.n, self.heads, mode, causal, str(device))
@@ -190,9 +191,7 @@ class CaseRun:
                     self.n, self.heads, segs, rates, mode=mode, is_causal=causal, device=device
                 ),
             )
-            return expected, "attention.pattern.dilated_pattern (the semantics)"
-        assert self.root is not None
-        root_spec = self.registry[self.root]
+            return expected, SEMANTICS
         target = TARGET_OF_DEVICE[self.device]
 
         def build() -> torch.Tensor:

@@ -143,13 +143,18 @@ def scope(
             compiled = [re.compile(r) for r in bench_regexes]
         except re.error as exc:
             raise UsageError(f"--bench is not a regular expression: {exc}") from None
-        from perfguard.engine.cases import kernels
+        from perfguard.engine import guarded
 
-        kernel_names = kernels()  # the backends comparison's (none before attention.backends)
+        # the kernel comparison's and the distributed suite's, as the entries declare them
+        declared = [(n, e) for n, e in registry.items() if getattr(e, "kernels", None)]
+        kernels = {n: tuple(guarded.kernels_of(e).KERNELS) for n, e in declared}
+        distributed = [n for n, e in registry.items() if guarded.sequence_parallel(e) is not None]
         names = impls or tuple(registry)
         chosen = []
         for name in names:
-            labels = suite_labels([name], profile.seq_lens, measured, kernel_names)
+            labels = suite_labels(
+                [name], profile.seq_lens, measured, kernels=kernels, distributed=distributed
+            )
             if any(r.search(label) for r in compiled for label in labels):
                 chosen.append(name)
         if not chosen:

@@ -30,7 +30,7 @@ CHECKS: dict[str, str] = {
     "written": "every output row is written: none left as allocated (poison), zero, or input-independent",
     "finite": "no NaN or inf in the output or the input gradients",
     "pattern": "declared attention_pattern is sane: non-negative ints (H, n, n), lower-triangular if causal",
-    "same_fn": "'same function' implementations: declared pattern equals attention.pattern.dilated_pattern",
+    "same_fn": "'same function' implementations: declared pattern equals perfguard's dilated semantics",
     "reference": "output matches the float64 reference of the declared pattern within the dtype's tolerance",
     "grad": "input gradients match the float64 reference's within the dtype's tolerance",
     "deterministic": "two identical runs agree bitwise, or within tolerance (the difference is reported)",

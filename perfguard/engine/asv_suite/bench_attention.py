@@ -13,7 +13,7 @@
 | ``Work.track_forward_backward_*`` | | the same four for forward + backward |
 | ``Accuracy.track_output_error`` | relative error | the output against perfguard's float64 reference |
 | ``Accuracy.track_q_error`` (k, v) | relative error | the gradient of q (k, v) against the reference's |
-| ``Backends.track_time`` | seconds | ``improved``'s forward on each attention kernel (reported) |
+| ``Backends.track_time`` | seconds | a declared implementation's forward on each of its kernels (reported) |
 
 Times come from :func:`perfguard.engine.timing.time_call` (CUDA-graph replay where the module can be
 captured, flushed L2, warm-up as long as the GPU needs, sampling until the median is known
@@ -224,20 +224,26 @@ def _backend_lengths() -> list[int]:
     return list(PROFILE.seq_lens) if DEVICE == "cuda" else list(PROFILE.seq_lens[:1])
 
 
-class Backends(_Suite):
-    """``improved``'s forward pass on each attention kernel: which is fastest here, at which length.
+#: implementation -> its kernels, for the entries that declare a ``kernels`` module (attention: improved)
+_KERNELS = cases.kernel_comparison()
 
-    The kernels are ``attention.backends``' (SDPA's cuDNN, flash, memory-efficient and math, CPU
-    flash, FlexAttention, flash-attn and xformers when installed).  One that cannot run this device,
-    dtype and head size is skipped with ``attention``'s reason; one that fails at its first call and
-    leaves the work to another kernel is skipped too (:func:`perfguard.engine.cases.first_call_of`).  Timed
+
+class Backends(_Suite):
+    """An implementation's forward pass on each attention kernel: which is fastest here, at which length.
+
+    The implementations and kernels are those the registry declares (an entry's ``kernels`` module;
+    ``attention``: ``improved`` on SDPA's cuDNN, flash, memory-efficient and math, CPU flash,
+    FlexAttention, flash-attn and xformers when installed); a package that declares none has no
+    comparison.  A kernel that cannot run this device, dtype and head size is skipped with the
+    package's reason; one that fails at its first call and leaves the work to another kernel is
+    skipped too (:func:`perfguard.engine.cases.first_call_of`).  Timed
     like ``Forward.track_time`` (graph replay on CUDA, process CPU time on the CPU).  Reported,
     never gated (:data:`perfguard.engine.suite.BACKENDS`); the site's ``backends.html`` draws it.
     """
 
     params = (
-        [cases.BACKEND_IMPL] if cases.BACKEND_IMPL in names() else [],
-        list(cases.kernels()),
+        list(_KERNELS),
+        list(dict.fromkeys(kernel for kernels in _KERNELS.values() for kernel in kernels)),
         _backend_lengths(),
         list(PROFILE.dtypes(DEVICE)),
     )

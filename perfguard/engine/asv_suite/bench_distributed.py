@@ -1,9 +1,10 @@
-"""asv suite: the ring implementations across the ranks of a torch.distributed group.
+"""asv suite: the sequence-parallel implementations across the ranks of a torch.distributed group.
 
 One long sequence is spread over the round's ranks (each holds its contiguous shard of q, k and v,
-:mod:`perfguard.engine.shards`) and the sequence-parallel ring (``attention._distributed``) computes its
-attention; every benchmark is measured on every rank with the same number of calls, and the number
-stored is the group's:
+:mod:`perfguard.engine.shards`) and an implementation whose registry entry declares a
+sequence-parallel path (``sequence_parallel``; ``attention``: its rings) computes its attention;
+every benchmark is measured on every rank with the same number of calls, and the number stored is
+the group's:
 
 | benchmark | unit | what (the group's number) |
 | --- | --- | --- |
@@ -15,12 +16,13 @@ stored is the group's:
 
 The communication's share of the call is ``info.share`` (reported, never gated).
 
-Parameters: ``impl`` (``ring``, ``hilbert_ring``, ``multihead_ring``: those with a sequence-parallel
-path) x ``seq_len`` (the whole sequence, all ranks together) x ``dtype``, from the distributed
-profile in ``$PERFGUARD_PROFILE`` (``distributed`` / ``distributed-quick``; any other profile: the
-default distributed profile of the device).  The number of ranks is not a parameter: it is the
-group's size, part of the machine key of every stored run (``<machine> ranks=N``), so a 2-rank
-baseline is never compared with a 4-rank run.  Multihead parameters' gradients are each rank's own
+Parameters: ``impl`` (the entries that declare ``sequence_parallel``; ``attention``: ``ring``,
+``hilbert_ring``, ``multihead_ring``; a package that declares none has an empty suite) x
+``seq_len`` (the whole sequence, all ranks together) x ``dtype``, from the distributed profile in
+``$PERFGUARD_PROFILE`` (``distributed`` / ``distributed-quick``; any other profile: the default
+distributed profile of the device).  The number of ranks is not a parameter: it is the group's
+size, part of the machine key of every stored run (``<machine> ranks=N``), so a 2-rank baseline is
+never compared with a 4-rank run.  Multihead parameters' gradients are each rank's own
 (no all-reduce: this measures the attention, not a data-parallel step).
 
 **Plain asv** (``python -m asv run``) has no process group: every benchmark here is *skipped* in
@@ -47,7 +49,6 @@ from perfguard.engine.outcomes import Outcome
 # the guarded package of the repository this suite belongs to (plain asv), or of the commit a
 # perfguard round measures ($PERFGUARD_SOURCE, set by the round): docs/guarding-your-package.md
 os.environ.setdefault(SOURCE_ENV, str(Path(__file__).absolute().parent.parent))
-names = guarded.current().names
 
 DEVICE = cases.device_from_environment()
 _ACTIVE = profiles.from_environment(cuda=DEVICE == "cuda")
@@ -57,7 +58,7 @@ PROFILE = (
     else profiles.PROFILES["distributed" if DEVICE == "cuda" else "distributed-quick"]
 )
 MODULE = __name__.rsplit(".", 1)[-1]
-IMPLS = [name for name in shards.RING_IMPLS if name in names()]
+IMPLS = guarded.current().sequence_parallel()
 NO_GROUP = (
     "no torch.distributed process group: the distributed suite runs under perfguard "
     "(`perfguard run --profile distributed` or `distributed-quick`, which start it under torchrun); "
