@@ -2,8 +2,10 @@
 
 The distributed suite (``asv_benchmarks/bench_distributed.py``) times one long sequence spread over
 the round's ranks: rank ``r`` of ``N`` holds the contiguous positions ``attention._plan.split_lengths
-(n, N)[r]`` of q, k and v (random, seeded per rank, made on the device: no rank ever builds the
-whole sequence), and the module is built as the registry builds it for the benchmarks, with
+(n, N)[r]`` of q, k and v (random, seeded per block of positions, made on the device: no rank
+ever builds the whole sequence, and rows hold the same numbers at every N:
+:mod:`perfguard.engine.sequence_group`), and the module is built as the registry builds it for the
+benchmarks, with
 :func:`perfguard.profiles.distributed_dilation`'s segments and ``sequence_parallel=True`` (with
 one rank: the single-device ring with the registry's ``ring_size``, the N = 1 point of the scaling
 view).  The result is a plain :class:`perfguard.engine.cases.Case`, so
@@ -25,6 +27,7 @@ from perfguard import profiles
 
 #: The implementations with a sequence-parallel path (``attention._distributed``), in suite order.
 from perfguard.engine import cases, passes
+from perfguard.engine.sequence_group import SequenceGroup
 
 RING_IMPLS = profiles.DISTRIBUTED_IMPLS
 
@@ -69,7 +72,7 @@ def build(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Pr
     overrides.update(cases.head_overrides(spec.multihead, shape))
     try:
         module = spec.build("bench", device=device, dtype=torch_dtype, **overrides)
-        inputs = _shard(spec.multihead, shape, lengths[rank], device, torch_dtype, seed=1000 + rank)
+        inputs = _shard(spec.multihead, shape, SequenceGroup(rank, tuple(lengths)), device, torch_dtype)
     except torch.cuda.OutOfMemoryError as exc:
         raise cases.Unsupported(f"does not fit the GPU: {str(exc).splitlines()[0]}") from None
     config = {**dict(spec.bench.kwargs), **overrides}
@@ -100,16 +103,13 @@ def build(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Pr
 
 
 def _shard(
-    multihead: bool, shape: profiles.Shape, length: int, device: str, dtype: torch.dtype, *, seed: int
+    multihead: bool, shape: profiles.Shape, group: SequenceGroup, device: str, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Random q, k, v of one shard, made on the device with a per-rank seed (never zeros)."""
-    gen = torch.Generator(device=device).manual_seed(seed)
-    if multihead:
-        dims: tuple[int, ...] = (shape.batch, length, shape.num_heads * shape.head_dim)
-    else:
-        dims = (shape.batch, length, shape.num_heads, shape.head_dim)
-    made = [torch.randn(dims, generator=gen, device=device, dtype=torch.float32).to(dtype) for _ in range(3)]
-    return made[0], made[1], made[2]
+    """This rank's rows of random q, k, v, made on the device: the same numbers at every number of
+    ranks (:meth:`SequenceGroup.randn`), so the distributed errors compare across N; never zeros."""
+    tail = (shape.num_heads * shape.head_dim,) if multihead else (shape.num_heads, shape.head_dim)
+    q, k, v = group.randn(shape.batch, tail, 3, seed=1000, device=device, dtype=dtype)
+    return q, k, v
 
 
 _SLOT = passes.CaseSlot(build)
