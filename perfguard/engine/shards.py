@@ -70,6 +70,9 @@ def build(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Pr
     else:
         overrides["sequence_parallel"] = False
     overrides.update(cases.head_overrides(spec.multihead, shape))
+    # the same initial parameters on every rank and at every number of ranks (a multihead module's
+    # projections): one model spread over the ranks, whose error compares across N
+    torch.manual_seed(0)
     try:
         module = spec.build("bench", device=device, dtype=torch_dtype, **overrides)
         inputs = _shard(spec.multihead, shape, SequenceGroup(rank, tuple(lengths)), device, torch_dtype)
