@@ -38,14 +38,14 @@ git checkout -q main
 last=1
 for n in $ranks; do
   t0=$SECONDS
-  PERFGUARD_RANKS=$n timeout 400 python3 -m perfguard run --profile distributed-quick --bench "$bench" --rounds 1 \
+  PERFGUARD_RANKS=$n timeout ${STEP_TIMEOUT:-150} python3 -m perfguard run --profile distributed-quick --bench "$bench" --rounds 1 \
     > "$out/run-$n.log" 2>&1
   echo "run at N = $n: rc=$? $((SECONDS - t0)) s" >> "$out/summary.txt"
   last=$n
 done
 git checkout -q less-exact-ring
 t0=$SECONDS
-PERFGUARD_RANKS=$last timeout 400 python3 -m perfguard check --baseline main --profile distributed-quick \
+PERFGUARD_RANKS=$last timeout ${STEP_TIMEOUT:-150} python3 -m perfguard check --baseline main --profile distributed-quick \
   --bench "$bench" --rounds 1 --no-verify --json "$out/check.json" > "$out/check.log" 2>&1
 echo "planted check at N = $last: rc=$? $((SECONDS - t0)) s" >> "$out/summary.txt"
 git checkout -q main
