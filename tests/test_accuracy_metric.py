@@ -193,3 +193,19 @@ def test_the_accuracy_settings_are_read_and_checked() -> None:
     assert defaults.accuracy_floor_for("bfloat16") == ACCURACY_FLOORS["bfloat16"] == 2.0**-9
     with pytest.raises(Exception, match="accuracy_floor"):
         parse_config({"accuracy_floor": 0})
+
+
+def test_every_accuracy_benchmark_has_the_same_name_in_verdict_reasons_and_reports() -> None:
+    """The reason of a causal accuracy regression names it in words ("causal output error ... less
+    exact"), as the report's columns do, not as ``Accuracy.track_output_error_causal (error)``."""
+    from perfguard.compare.model import describe
+    from perfguard.engine.suite import kind_of
+    from perfguard.report.formatting import metric_label
+
+    names = [f"Accuracy.track_{t}_error{c}" for t in accuracy.TENSORS for c in ("", "_causal")]
+    for name in names:
+        for suite in ("bench_attention", "bench_distributed"):
+            assert kind_of(f"{suite}.{name}", None).metric == "error"
+            assert describe(f"{suite}.{name}", "error") == metric_label(f"{suite}.{name}")
+        assert metric_label(name).endswith("error") and "track" not in metric_label(name)
+    assert describe("Accuracy.track_output_error_causal", "error") == "causal output error"
