@@ -100,7 +100,7 @@ class SequenceParallel:
     """How an entry's module spreads one sequence over the ranks of the default process group.
 
     In the distributed suite rank ``r`` of ``N`` holds the contiguous positions
-    ``perfguard.engine.shards.shard_lengths(n, N)[r]`` of q, k and v (as even as possible, the first
+    ``perfguard.engine.sequence_group.shard_lengths(n, N)[r]`` of q, k and v (as even as possible, the first
     ranks one longer) and calls the module on them; the module computes the attention of the whole
     sequence for its own queries.  ``ranks`` are the constructor keywords for ``N > 1`` ranks,
     ``one_rank`` those for a group of one (the single-device point of the scaling view).

@@ -1,9 +1,10 @@
 """Accuracy as a gated metric (issue 31): a change that makes ``improved`` ten times less exact, still
-inside ``perfguard verify``'s tolerance, fails ``perfguard check`` through the accuracy metric; a
-comment-only change passes with every accuracy ratio exactly 1.
+inside ``perfguard verify``'s tolerance, fails ``perfguard check`` through the accuracy metric, causal
+and not; a comment-only change passes with every accuracy ratio exactly 1.
 
-The project is a full copy of this checkout (every implementation), main recorded with the
-accuracy benchmarks only at 512 tokens, then two branches checked against it:
+The project is a full copy of this checkout (every implementation; on ``main`` ``dilated`` declares
+no causal mode, :data:`NO_CAUSAL`), main recorded with the accuracy benchmarks only at 512 tokens,
+then two branches checked against it:
 
 - ``less-exact``: ``ImprovedDilatedAttention.forward`` adds seeded noise at 4.5e-6 of the output's
   mean magnitude (its float32 error on the CPU is ~3.5e-7: about 10x), so the core and the
@@ -11,7 +12,8 @@ accuracy benchmarks only at 512 tokens, then two branches checked against it:
 - ``comment``: a comment in ``attention/improved.py``.
 
 The reference (perfguard's own, which ``verify`` uses too) is checked against the independent one of
-``attention.reference`` (all heads at once, autograd's backward) to 1e-12.
+``attention.reference`` (all heads at once, autograd's backward) to 1e-12, on the declared pattern
+and on the declared causal pattern.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from attention.reference import multihead_reference, reference_attention
 from perfguard import profiles
 from perfguard.config import ACCURACY_FLOORS, parse_config
 from perfguard.engine import accuracy, cases
-from tests.helpers.project import add_branches, check_branch, perfguard, project_repo
+from tests.helpers.project import add_branches, append_commit, check_branch, perfguard, project_repo
 
 #: The accuracy benchmarks of the implementations the plant reaches, and of one it does not.
 ACCURACY = r"Accuracy\.track_\w+\('(improved|multihead_improved|dilated)', 512,"
@@ -49,6 +51,18 @@ def _less_exact_forward(self, *args, **kwargs):
 ImprovedDilatedAttention.forward = _less_exact_forward
 """
 
+#: ``dilated`` declares no causal mode: its causal accuracy benchmarks are skipped, not failed.
+NO_CAUSAL = """
+
+# --- tests/test_accuracy_metric.py: dilated declares no causal mode ---
+import dataclasses as _fixture_dataclasses
+import types as _fixture_types
+
+REGISTRY = _fixture_types.MappingProxyType(
+    {**REGISTRY, "dilated": _fixture_dataclasses.replace(REGISTRY["dilated"], supports_causal=False)}
+)
+"""
+
 Project = tuple[Path, str]
 
 
@@ -56,6 +70,7 @@ Project = tuple[Path, str]
 def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     repo = tmp_path_factory.mktemp("accuracy") / "repo"
     repo = project_repo(repo, trim=False)
+    append_commit(repo, "attention/registry.py", NO_CAUSAL, "dilated declares no causal mode")
     module = "attention/improved.py"
     add_branches(repo, {"less-exact": [(module, LESS_EXACT)], "comment": [(module, "\n# A comment.\n")]})
     db = repo.parent / "main.db"
@@ -80,12 +95,17 @@ def test_ten_times_less_exact_fails_the_check_through_accuracy(project: Project,
     assert regressions, output
     assert {i["metric"] for i in regressions} == {"error"}
     assert {i["impl"] for i in regressions} == {"improved", "multihead_improved"}
-    # the output got less exact (the plant adds noise after the call; the gradients pass through)
-    assert {i["benchmark"].rsplit(".", 1)[-1] for i in regressions} == {"track_output_error"}
+    # the output got less exact, causal and not (the plant adds noise after the call; the
+    # gradients pass through)
+    assert {i["benchmark"].rsplit(".", 1)[-1] for i in regressions} == {
+        "track_output_error",
+        "track_output_error_causal",
+    }
     for item in regressions:
         assert 5.0 < item["ratio"] < 20.0, item
         assert item["head_value"] < 1e-5  # still inside verify's float32 CPU tolerance
         assert "output error" in item["reason"] and "less exact" in item["reason"]
+    assert "causal output error" in output
     # dilated does not import attention/improved.py: not measured
     assert "dilated" in {i["impl"] for i in document["items"] if i["verdict"] == "not affected"}
     assert "output error" in output
@@ -97,14 +117,21 @@ def test_a_comment_only_change_passes_with_accuracy_ratios_of_one(project: Proje
     assert code == 0, output
     measured = [i for i in _accuracy_items(document) if i["verdict"] != "not affected"]
     assert {i["impl"] for i in measured} == {"improved", "multihead_improved"}
-    assert len(measured) == 2 * 4  # output, q, k, v of both
+    assert len(measured) == 2 * 8  # output, q, k, v of both, causal and not
     assert all(i["verdict"] == "unchanged" and i["ratio"] == 1.0 for i in measured), measured
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("impl", ["improved", "multihead_improved", "block_sparse_ring"])
-def test_the_reference_agrees_with_an_independent_one_and_errors_repeat_exactly(impl: str) -> None:
+def test_the_reference_agrees_with_an_independent_one_and_errors_repeat_exactly(
+    impl: str, causal: bool
+) -> None:
     case = cases.build(impl, 512, "float32", "cpu", profiles.PROFILES["quick"])
-    counts = accuracy._pattern(case)
+    counts = accuracy._pattern(case, causal, case.seq_len)
+    if causal:
+        # the causal reference is the declared causal pattern: the non-causal one, each segment's
+        # kept positions seeing only the earlier ones (here: its lower triangle), nothing later
+        assert torch.equal(counts, accuracy._pattern(case, False, case.seq_len).tril())
     leaves = tuple(t.detach().to(torch.float64).requires_grad_(True) for t in case.inputs)
     ours = accuracy.reference(case.module, case.multihead, leaves, counts)
     grad = torch.randn(ours.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
@@ -120,10 +147,41 @@ def test_the_reference_agrees_with_an_independent_one_and_errors_repeat_exactly(
     assert float((ours - theirs).abs().max()) < 1e-12
     for a, b in zip(our_grads, their_grads, strict=True):
         assert float((a - b).abs().max()) < 1e-12
-    first, second = accuracy.measure(case), accuracy.measure(case)
+    first, second = accuracy.measure(case, causal=causal), accuracy.measure(case, causal=causal)
     assert first.relative == second.relative  # same inputs, same kernels: the same numbers
     assert set(first.relative) == set(accuracy.TENSORS)
+    # float32 rounding: the call was causal when the reference was (else the error would be O(1))
     assert all(0 < e < 1e-5 and math.isfinite(e) for e in first.relative.values()), first.relative
+    if causal:
+        assert first.pattern_density < accuracy.measure(case).pattern_density
+
+
+@pytest.mark.slow
+def test_causal_errors_are_recorded_for_implementations_that_declare_causal_support(project: Project) -> None:
+    """The recording of main: every accuracy benchmark of improved and multihead_improved, causal and
+    not; dilated (``supports_causal=False`` on this main) gets no causal error: skipped, with why."""
+    import json
+    import sqlite3
+
+    with sqlite3.connect(project[1]) as conn:
+        found = conn.execute(
+            "SELECT r.benchmark, r.params, r.status, r.error, d.info FROM results r "
+            "JOIN result_data d ON d.result_id = r.id WHERE r.benchmark LIKE '%Accuracy%'"
+        ).fetchall()
+    causal = {f"track_{t}_error_causal" for t in accuracy.TENSORS}
+    by_impl: dict[str, dict[str, tuple[str, str | None, dict[str, Any]]]] = {}
+    for benchmark, params, status, error, info in found:
+        name = benchmark.rsplit(".", 1)[1]
+        by_impl.setdefault(json.loads(params)["impl"], {})[name] = (status, error, json.loads(info or "{}"))
+    assert set(by_impl) == {"improved", "multihead_improved", "dilated"}
+    for impl, results in by_impl.items():
+        assert len(results) == 8, (impl, sorted(results))
+        for name, (status, error, info) in results.items():
+            if impl == "dilated" and name in causal:
+                assert status == "skipped" and "declares no causal mode" in (error or ""), (name, error)
+            else:
+                assert status == "ok", (impl, name, error)
+                assert info["causal"] == (name in causal) and 0 < info["max_abs"] < 1e-4
 
 
 def test_the_accuracy_settings_are_read_and_checked() -> None:
@@ -135,3 +193,19 @@ def test_the_accuracy_settings_are_read_and_checked() -> None:
     assert defaults.accuracy_floor_for("bfloat16") == ACCURACY_FLOORS["bfloat16"] == 2.0**-9
     with pytest.raises(Exception, match="accuracy_floor"):
         parse_config({"accuracy_floor": 0})
+
+
+def test_every_accuracy_benchmark_has_the_same_name_in_verdict_reasons_and_reports() -> None:
+    """The reason of a causal accuracy regression names it in words ("causal output error ... less
+    exact"), as the report's columns do, not as ``Accuracy.track_output_error_causal (error)``."""
+    from perfguard.compare.model import describe
+    from perfguard.engine.suite import kind_of
+    from perfguard.report.formatting import metric_label
+
+    names = [f"Accuracy.track_{t}_error{c}" for t in accuracy.TENSORS for c in ("", "_causal")]
+    for name in names:
+        for suite in ("bench_attention", "bench_distributed"):
+            assert kind_of(f"{suite}.{name}", None).metric == "error"
+            assert describe(f"{suite}.{name}", "error") == metric_label(f"{suite}.{name}")
+        assert metric_label(name).endswith("error") and "track" not in metric_label(name)
+    assert describe("Accuracy.track_output_error_causal", "error") == "causal output error"

@@ -227,6 +227,6 @@ def test_this_repositorys_kernel_comparison_and_distributed_suite_are_declared()
     ]
     # the rings place each rank's positions as perfguard's distributed suite hands them their shard
     from attention._plan import split_lengths
-    from perfguard.engine.shards import shard_lengths
+    from perfguard.engine.sequence_group import shard_lengths
 
     assert all(shard_lengths(n, r) == split_lengths(n, r) for n in range(1, 70) for r in range(1, 9))

@@ -10,6 +10,11 @@ error against the number of ranks"): the output's error over one device's is at 
 4 ranks with the module's own lanes and x1.52 with 8 forced lanes, the gradients' x1.05; the
 bounds below leave a margin over those numbers.  Inputs are seeded and every kernel runs on one
 thread, so the errors are the same at every run.
+
+The distributed suite's accuracy benchmarks (issue 31) measure the whole sequence's error against a
+float64 reference that every rank computes for its own rows (``perfguard.engine.accuracy``,
+``group``): on 1, 2 and 3 gloo ranks the inputs are the same, the sharded reference is the whole
+sequence's, and every rank stores the same error.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import torch
 
 from attention.reference import reference_attention, relative_error
 from attention.ring import RingDilatedAttention
-from tests.helpers import ring_error
+from tests.helpers import accuracy_ranks, ring_error
 from tests.helpers.gloo_ranks import run_ranks
 
 WORLDS = (1, 2, 4)
@@ -66,3 +71,51 @@ def test_bf16_error_across_ranks_is_bounded_by_the_one_device_error(
     assert got["out"] <= OUT_FACTOR[case] * one["out"] + FLOOR, (case, world, got, one)
     for key in ("dq", "dk", "dv"):
         assert got[key] <= GRAD_FACTOR * one[key] + FLOOR, (case, world, key, got, one)
+
+
+# --------------------------------------------------------------------------------------------
+# the distributed suite's accuracy benchmarks (issue 31): the whole sequence's error against a
+# float64 reference computed sharded over the ranks (tests/helpers/accuracy_ranks.py)
+# --------------------------------------------------------------------------------------------
+
+#: 3 ranks: shards of 171, 171 and 170 positions (the gather pads), borders inside an input block
+ACCURACY_WORLDS = (1, 2, 3)
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict[tuple[str, bool], list[dict]]]:
+    """Per number of ranks, per (implementation, causal): every rank's saved results."""
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not available in this build")
+    out: dict[int, dict[tuple[str, bool], list[dict]]] = {}
+    for world in ACCURACY_WORLDS:
+        tmp = tmp_path_factory.mktemp(f"accuracy{world}")
+        run_ranks(accuracy_ranks.__file__, world, tmp, timeout=300, what="accuracy_ranks workers")
+        out[world] = {
+            (impl, causal): [torch.load(tmp / f"{impl}-{int(causal)}-{r}.pt") for r in range(world)]
+            for impl, causal in accuracy_ranks.CASES
+        }
+    return out
+
+
+@pytest.mark.parametrize("world", ACCURACY_WORLDS[1:])
+@pytest.mark.parametrize("case", accuracy_ranks.CASES, ids=lambda c: f"{c[0]}-{'causal' if c[1] else 'full'}")
+def test_the_sharded_reference_is_the_whole_sequences_and_every_rank_stores_its_error(
+    sharded: dict, case: tuple[str, bool], world: int
+) -> None:
+    one, ranks = sharded[1][case][0], sharded[world][case]
+    # the same inputs at every number of ranks: the rows put together are the one rank's, bit for bit
+    for i, whole in enumerate(one["inputs"]):
+        assert torch.equal(torch.cat([r["inputs"][i] for r in ranks], dim=1), whole)
+    # each rank's rows of the reference (its queries over every rank's keys; the key and value
+    # gradients summed over every rank's queries) are the whole sequence's reference
+    for i, whole in enumerate(one["reference"]):
+        joined = torch.cat([r["reference"][i] for r in ranks], dim=1)
+        assert float((joined - whole).abs().max()) < 1e-12 * max(1.0, float(whole.abs().max()))
+    # the group's error: the same number on every rank, of the whole sequence
+    assert all(r["relative"] == ranks[0]["relative"] and r["max_abs"] == ranks[0]["max_abs"] for r in ranks)
+    errors = ranks[0]["relative"]
+    assert set(errors) == {"output", "q", "k", "v"}
+    # float32 on the CPU: the distributed ring's error is float32 rounding, like the one-rank ring's
+    for tensor, value in errors.items():
+        assert 1e-8 < value < 1e-5 and 1e-8 < one["relative"][tensor] < 1e-5, (tensor, errors, one)

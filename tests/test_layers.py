@@ -180,11 +180,22 @@ def reaches_by_name(path: Path) -> list[str]:
         if isinstance(node, ast.Call) and node.args:
             func = node.func
             called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-            if called in ("import_module", "__import__") and isinstance(
-                node.args[0], (ast.Constant, ast.JoinedStr)
+            if (
+                called in ("import_module", "__import__")
+                and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))
+                and not _names_perfguard(node.args[0])
             ):
                 found.append(f"{node.lineno}: {called}({ast.unparse(node.args[0])})")
     return found
+
+
+def _names_perfguard(name: ast.expr) -> bool:
+    """A module name that is perfguard's own: ``"perfguard.x"``, ``f"perfguard.{x}"`` or
+    ``f"{__name__}.{x}"`` (a package of perfguard loading its own submodules on first use)."""
+    first = name.values[0] if isinstance(name, ast.JoinedStr) and name.values else name
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        return first.value == "perfguard" or first.value.startswith("perfguard.")
+    return isinstance(first, ast.FormattedValue) and getattr(first.value, "id", None) == "__name__"
 
 
 def test_perfguard_reaches_the_guarded_package_only_through_its_declaration() -> None:

@@ -77,9 +77,10 @@ for _pass, _words in (("forward", "forward"), ("forward_backward", "forward+back
     _LABELS[f"Work.track_{_pass}_ops"] = f"{_words} aten ops"
     _LABELS[f"Work.track_{_pass}_kernels"] = f"{_words} CUDA kernels"
     _LABELS[f"Work.track_{_pass}_allocated"] = f"{_words} bytes allocated"
-_LABELS["Accuracy.track_output_error"] = "output error"
-for _tensor in ("q", "k", "v"):
-    _LABELS[f"Accuracy.track_{_tensor}_error"] = f"{_tensor} gradient error"
+for _suffix, _causal in (("", ""), ("_causal", "causal ")):
+    _LABELS[f"Accuracy.track_output_error{_suffix}"] = f"{_causal}output error"
+    for _tensor in ("q", "k", "v"):
+        _LABELS[f"Accuracy.track_{_tensor}_error{_suffix}"] = f"{_causal}{_tensor} gradient error"
 
 
 def derived_source(benchmark: str) -> str | None:

@@ -6,7 +6,9 @@ implementation ten times less exact but still inside it passes silently.  The ac
 check compares it base against HEAD like a work count, and the history site draws it over time.
 
 What is measured, per case (implementation x length x dtype of the profile, the suite's own
-inputs, seed and output gradient, not causal like the timed call):
+inputs, seed and output gradient), not causal like the timed call (``Accuracy.track_*_error``)
+and causal (``Accuracy.track_*_error_causal``, for implementations that declare
+``supports_causal``):
 
 - the relative L2 error ``‖x − ref‖ / ‖ref‖`` of the output, and of the gradient of each input
   (q, k, v; a multihead module's query, key, value) against the reference's; a gradient's
@@ -21,7 +23,16 @@ implementation's declared pattern (``attention_pattern``, docs/design.md: a coun
 2 counts it twice), computed in float64 **one head at a time** with a hand-written backward that
 recomputes each head's probabilities: O(n²) memory for one head, not for all of them, so 16K tokens
 fit a GPU (2 GiB of float64 scores per head).  A multihead module's projections, sub-LayerNorm and
-output projection (the multihead contract) run through autograd in float64 around it.
+output projection (the multihead contract) run through autograd in float64 around it.  The
+causal reference is the same computation on the declared *causal* pattern
+(``attention_pattern(..., is_causal=True)``): how causality applies to a dilated pattern (inside
+each segment's kept positions) is the implementation's declared semantics, exactly what ``verify``
+checks a causal call against; there is no second, causal reference.
+
+The distributed suite measures the same errors of the whole sequence spread over its ranks
+(``group``): each rank computes its rows of the reference from every rank's keys and values
+(:mod:`perfguard.engine.sequence_group`), and the norms add up over the ranks, so every rank
+stores the same number, the error of the whole distributed call against the float64 reference.
 
 Deterministic on the CPU (same seed, same inputs, same kernels).  A GPU kernel that is not
 bit-deterministic moves the error by far less than the 2x a check gates on
@@ -33,6 +44,7 @@ from __future__ import annotations
 import inspect
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +52,7 @@ import torch
 import torch.nn.functional as F
 
 from perfguard.engine import cases
+from perfguard.engine.sequence_group import SequenceGroup
 from perfguard.engine.suite import ACCURACY_TENSORS
 
 #: The tensors whose error is measured, in the order of the suite's benchmarks.
@@ -67,36 +80,103 @@ class NoPattern(cases.Unsupported):
     """The implementation declares no pattern perfguard can build a reference from."""
 
 
-def measure(case: cases.Case) -> Errors:
-    """The errors of ``case``'s module on its own inputs (an eager forward and backward)."""
+def measure(case: cases.Case, *, causal: bool = False, group: SequenceGroup | None = None) -> Errors:
+    """The errors of ``case``'s module on its own inputs (an eager forward and backward).
+
+    ``causal``: the module called with ``is_causal=True`` against the reference of its declared
+    causal pattern (``attention_pattern(..., is_causal=True)``: how causality applies to a dilated
+    pattern is the implementation's semantics, docs/design.md, as in ``verify``).  ``group``: the
+    case is this rank's shard of a sequence spread over a torch.distributed group (the distributed
+    suite); the reference is the whole sequence's, computed sharded (:func:`reference`), and the
+    errors are the whole sequence's, the same number on every rank.
+    """
     started = time.perf_counter()
+    sharded = group is not None
+    group = group or SequenceGroup(0, (case.seq_len,))
+    if sharded and group.seq_len > MAX_SHARDED_LEN:
+        raise cases.Unsupported(
+            f"the float64 reference of {group.seq_len} tokens needs the declared ({group.seq_len} x "
+            f"{group.seq_len}) pattern of every head: the distributed suite measures its error up to "
+            f"{MAX_SHARDED_LEN} tokens (the distributed-quick profile; docs/perf/accuracy.md)"
+        )
     module = case.module
     leaves = tuple(t.detach().clone().requires_grad_(True) for t in case.inputs)
-    gen = torch.Generator(device="cpu").manual_seed(GRAD_OUT_SEED)
-    grad_out = torch.randn(leaves[0].shape, generator=gen).to(case.device, dtype=leaves[0].dtype)
+    grad_out = _grad_out(leaves[0], case.device, group if sharded else None)
+    kwargs = {"is_causal": True} if causal else {}
     with torch.enable_grad():
-        raw = module(*leaves)
+        raw = module(*leaves, **kwargs)
         out = raw[0] if case.multihead else raw
         grads = torch.autograd.grad(out, leaves, grad_out, allow_unused=True)
     out = out.detach()
-    counts = _pattern(case)
+    counts = _pattern(case, causal, group.seq_len)
+    density = float(counts.count_nonzero().item()) / counts.numel()
+    rows = counts[:, group.start : group.end]
     ref_leaves = tuple(t.detach().to(torch.float64).requires_grad_(True) for t in case.inputs)
     with torch.enable_grad():
-        ref = reference(case.module, case.multihead, ref_leaves, counts)
+        ref = reference(case.module, case.multihead, ref_leaves, rows, gather=group.gather)
         ref_grads = torch.autograd.grad(ref, ref_leaves, grad_out.to(torch.float64))
-    density = float(counts.count_nonzero().item()) / counts.numel()
-    del counts
-    relative = {"output": relative_error(out, ref.detach(), 0.0)}
-    max_abs = {"output": _max_abs(out, ref.detach())}
-    floor = GRAD_FLOOR * max(float(torch.linalg.vector_norm(g).item()) for g in ref_grads)
-    for name, g, rg in zip(TENSORS[1:], grads, ref_grads, strict=True):
-        if g is None:  # an input the call ignores: its gradient is zero
-            g = torch.zeros_like(rg)
-        relative[name] = relative_error(g, rg, floor)
-        max_abs[name] = _max_abs(g, rg)
+    del counts, rows
+    got = [
+        out,
+        *(g if g is not None else torch.zeros_like(rg) for g, rg in zip(grads, ref_grads, strict=True)),
+    ]
+    want = [ref.detach(), *ref_grads]
+    norms = [_norms(x, r) for x, r in zip(got, want, strict=True)]
+    diff, size, bad = (
+        [n[0] for n in norms],
+        [n[1] for n in norms],
+        [n[3] for n in norms],
+    )
+    max_abs = [n[2] for n in norms]
+    if group.world > 1:  # the whole sequence's norms: the squares add up over the ranks
+        squares = group.sum([d * d for d in diff] + [s * s for s in size], case.device)
+        diff, size = (
+            [math.sqrt(v) for v in squares[: len(diff)]],
+            [math.sqrt(v) for v in squares[len(diff) :]],
+        )
+        worst = group.max(max_abs + bad, case.device)
+        max_abs, bad = worst[: len(max_abs)], worst[len(max_abs) :]
+    # a gradient's denominator is at least GRAD_FLOOR x the largest reference gradient (see there)
+    floor = GRAD_FLOOR * max(size[1:])
+    relative, largest = {}, {}
+    for i, name in enumerate(TENSORS):
+        den = max(size[i], floor if i else 0.0)
+        relative[name] = math.inf if bad[i] else (diff[i] / den if den > 0 else diff[i])
+        largest[name] = max_abs[i]
     if case.device == "cuda":
         torch.cuda.synchronize()
-    return Errors(relative, max_abs, time.perf_counter() - started, density)
+    return Errors(relative, largest, time.perf_counter() - started, density)
+
+
+#: The longest sequence whose float64 reference the distributed suite computes: the declared pattern
+#: is one ``(heads, n, n)`` tensor before each rank keeps its rows (4 GiB of int32 per head at 32K
+#: tokens).  The ``distributed`` profile's 128K-1M tokens are skipped with this reason.
+MAX_SHARDED_LEN = cases.CPU_MAX_SEQ_LEN
+
+
+def _grad_out(like: torch.Tensor, device: str, group: SequenceGroup | None) -> torch.Tensor:
+    """The output gradient: seeded like ``cases.Case.forward_backward``'s; in a group, this rank's
+    rows of one drawn for the whole sequence (the same at every number of ranks)."""
+    if group is None:
+        gen = torch.Generator(device="cpu").manual_seed(GRAD_OUT_SEED)
+        return torch.randn(like.shape, generator=gen).to(device, dtype=like.dtype)
+    [made] = group.randn(
+        like.shape[0], tuple(like.shape[2:]), 1, seed=GRAD_OUT_SEED, device=device, dtype=like.dtype
+    )
+    return made
+
+
+def _norms(x: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, float, float]:
+    """``‖x − ref‖``, ``‖ref‖``, the largest ``|x − ref|`` and 1.0 if ``x`` is not finite, in float64."""
+    diff = x.detach().to(torch.float64) - ref.detach().to(torch.float64)
+    bad = 0.0 if bool(torch.isfinite(diff).all()) else 1.0
+    largest = float(diff.abs().max().item()) if diff.numel() and not bad else math.inf if bad else 0.0
+    return (
+        float(torch.linalg.vector_norm(diff).item()),
+        float(torch.linalg.vector_norm(ref.detach().to(torch.float64)).item()),
+        largest,
+        bad,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -131,24 +211,29 @@ def declared_pattern(
     return counts.to(device) if device is not None and isinstance(counts, torch.Tensor) else counts
 
 
-def _pattern(case: cases.Case) -> torch.Tensor:
-    """The declared pattern ``(heads, n, n)`` of the case's core, on the case's device."""
+def _pattern(case: cases.Case, causal: bool, n: int) -> torch.Tensor:
+    """The declared pattern ``(heads, n, n)`` of the case's core for a sequence of ``n`` tokens
+    (the case's own length, or the whole sequence of a distributed case), on the case's device."""
     core = _core(case)
     if getattr(core, "attention_pattern", None) is None:
         raise NoPattern(
             f"{type(core).__name__} has no attention_pattern: the accuracy benchmarks need the "
             "pattern the implementation computes (docs/design.md)"
         )
-    n = case.seq_len
     heads = case.module.num_heads if case.multihead else case.inputs[0].shape[2]
-    counts = declared_pattern(core, n, causal=False, num_heads=heads, device=case.device)
+    counts = declared_pattern(core, n, causal=causal, num_heads=heads, device=case.device)
     if not isinstance(counts, torch.Tensor) or counts.shape != (heads, n, n):
         raise NoPattern(f"attention_pattern gave {type(counts).__name__}, not a ({heads}, {n}, {n}) tensor")
     return counts.to(case.device)
 
 
 def reference(
-    module: torch.nn.Module, multihead: bool, leaves: tuple[torch.Tensor, ...], counts: torch.Tensor
+    module: torch.nn.Module,
+    multihead: bool,
+    leaves: tuple[torch.Tensor, ...],
+    counts: torch.Tensor,
+    *,
+    gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """The float64 output of ``counts`` (the declared pattern) on ``leaves``, differentiable in them.
 
@@ -156,17 +241,24 @@ def reference(
     docs/design.md: ``q_proj``, ``k_proj``, ``v_proj``, ``attention`` with ``softmax_scale``,
     ``norm`` or None, ``out_proj``, ``num_heads``): query, key, value ``(batch, n, embed_dim)``.
     ``leaves`` in float64; ``counts`` ``(heads, n, n)``, causal or not as the caller built it.
+
+    Sharded (the distributed suite): ``leaves`` are this rank's rows of the sequence, ``counts``
+    the pattern's rows of this rank's queries over every key ``(heads, rows, n)``, and ``gather``
+    (:meth:`perfguard.engine.sequence_group.SequenceGroup.gather`) gives every rank's keys and values
+    (after the projections): each rank computes its rows of the whole sequence's reference, and the
+    gradients of its keys and values from every rank's queries.
     """
+    gather = gather or (lambda x: x)
     core = getattr(module, "attention", None) if multihead else module
     scale = getattr(core, "softmax_scale", None)
     if not multihead:
         q, k, v = leaves
-        return _HeadwiseAttention.apply(q, k, v, counts, scale)
+        return _HeadwiseAttention.apply(q, gather(k), gather(v), counts, scale)
     b, n, e = leaves[0].shape
     h = module.num_heads
     q = _linear(leaves[0], module.q_proj).view(b, n, h, e // h)
-    k = _linear(leaves[1], module.k_proj).view(b, n, h, e // h)
-    v = _linear(leaves[2], module.v_proj).view(b, n, h, e // h)
+    k = gather(_linear(leaves[1], module.k_proj).view(b, n, h, e // h))
+    v = gather(_linear(leaves[2], module.v_proj).view(b, n, h, e // h))
     x = _HeadwiseAttention.apply(q, k, v, counts, scale).reshape(b, n, e)
     norm = getattr(module, "norm", None)
     if norm is not None:
@@ -187,7 +279,8 @@ class _HeadwiseAttention(torch.autograd.Function):
     ``probs = c·exp(l) / Σ c·exp(l)`` over the keys with a positive count (the softmax of
     ``l + log c``); a query without keys gets 0.  The backward recomputes each head's
     probabilities instead of keeping them: memory is one head's ``n x n``, whatever the number of
-    heads.  q, k, v: ``(batch, n, heads, dim)`` float64; counts: ``(heads, n, n)``.
+    heads.  q: ``(batch, m, heads, dim)``, k, v: ``(batch, n, heads, dim)`` float64 (``m < n``: a
+    rank's queries over the whole sequence's keys); counts: ``(heads, m, n)``.
     """
 
     @staticmethod
@@ -242,8 +335,3 @@ def relative_error(x: torch.Tensor, ref: torch.Tensor, floor: float = 0.0) -> fl
     den = max(float(torch.linalg.vector_norm(ref.detach().to(torch.float64)).item()), floor)
     num = float(torch.linalg.vector_norm(diff).item())
     return num / den if den > 0 else num
-
-
-def _max_abs(x: torch.Tensor, ref: torch.Tensor) -> float:
-    diff = (x.detach().to(torch.float64) - ref).abs()
-    return float(diff.max().item()) if diff.numel() else 0.0

@@ -1,9 +1,9 @@
-"""The benchmark methods both asv suites share: what ``Forward``, ``ForwardBackward``, ``PeakMemory``
-and ``Work`` measure, written once.
+"""The benchmark methods both asv suites share: what ``Forward``, ``ForwardBackward``, ``PeakMemory``,
+``Work`` and ``Accuracy`` measure, written once.
 
 The single-process suite (``bench_attention``) and the distributed one (``bench_distributed``)
 measure the same numbers of one case, each through its own ``_Suite`` (how a case is built and
-what "the number" of a group of ranks is: ``_time``, ``_memory``, ``_work``).  Each suite declares
+what "the number" of a group of ranks is: ``_time``, ``_memory``, ``_work``, ``_error``).  Each suite declares
 its classes as ``class Work(benchmark_methods.Work, _Suite)`` (these first: ``PeakMemory``'s
 ``needs_cuda`` overrides the suite's default): asv names a benchmark after the
 suite's own module and class (``bench_distributed.Work.track_forward_flops``), and finds the
@@ -14,6 +14,9 @@ discovers these classes themselves.
 from __future__ import annotations
 
 from typing import Any
+
+from perfguard.engine import accuracy
+from perfguard.engine.outcomes import Outcome
 
 
 class Forward:
@@ -87,3 +90,71 @@ class Work:
     track_forward_ops.unit = track_forward_backward_ops.unit = "aten ops"  # type: ignore[attr-defined]
     track_forward_kernels.unit = track_forward_backward_kernels.unit = "kernels"  # type: ignore[attr-defined]
     track_forward_allocated.unit = track_forward_backward_allocated.unit = "bytes"  # type: ignore[attr-defined]
+
+
+class Accuracy:
+    """How exact one call is, against perfguard's float64 reference (:mod:`perfguard.engine.accuracy`).
+
+    One eager forward and backward per case, shared by its four benchmarks (the output and the
+    q, k, v gradients), and one causal forward and backward shared by the four ``_causal`` ones,
+    for implementations that declare causal support (the others' are skipped: no causal series).
+    The causal errors are benchmarks of their own, not a ``causal`` parameter: a parameter would
+    change the key of every stored accuracy series (docs/perf/accuracy.md).  Gated on growth by a
+    factor above a floor (``accuracy_threshold``, ``accuracy_floor``): deterministic for the same
+    inputs.
+    """
+
+    _error: Any
+
+    def track_output_error(self, impl: str, seq_len: int, dtype: str) -> float:
+        return self._error("Accuracy.track_output_error", "output", False)
+
+    def track_q_error(self, impl: str, seq_len: int, dtype: str) -> float:
+        return self._error("Accuracy.track_q_error", "q", False)
+
+    def track_k_error(self, impl: str, seq_len: int, dtype: str) -> float:
+        return self._error("Accuracy.track_k_error", "k", False)
+
+    def track_v_error(self, impl: str, seq_len: int, dtype: str) -> float:
+        return self._error("Accuracy.track_v_error", "v", False)
+
+    def track_output_error_causal(self, impl: str, seq_len: int, dtype: str) -> float:
+        return self._error("Accuracy.track_output_error_causal", "output", True)
+
+    def track_q_error_causal(self, impl: str, seq_len: int, dtype: str) -> float:
+        return self._error("Accuracy.track_q_error_causal", "q", True)
+
+    def track_k_error_causal(self, impl: str, seq_len: int, dtype: str) -> float:
+        return self._error("Accuracy.track_k_error_causal", "k", True)
+
+    def track_v_error_causal(self, impl: str, seq_len: int, dtype: str) -> float:
+        return self._error("Accuracy.track_v_error_causal", "v", True)
+
+    track_output_error.unit = track_q_error.unit = "relative error"  # type: ignore[attr-defined]
+    track_k_error.unit = track_v_error.unit = "relative error"  # type: ignore[attr-defined]
+    track_output_error_causal.unit = track_q_error_causal.unit = "relative error"  # type: ignore[attr-defined]
+    track_k_error_causal.unit = track_v_error_causal.unit = "relative error"  # type: ignore[attr-defined]
+
+
+def error_outcome(errors: accuracy.Errors, tensor: str, causal: bool) -> Outcome:
+    """The stored result of one tensor's error (both suites): the relative error, and in ``info``
+    the tensor, whether the call was causal, the largest absolute difference, the pattern's density
+    and what measuring cost."""
+    info = {
+        "tensor": tensor,
+        "causal": causal,
+        "max_abs": errors.max_abs[tensor],
+        "pattern_density": errors.pattern_density,
+        "accuracy_s": errors.seconds,
+    }
+    value = errors.relative[tensor]
+    return Outcome("relative error", value, [value], "float64 reference", info)
+
+
+def no_causal_mode(impl: str) -> str | None:
+    """Why ``impl`` has no causal error (None: it declares causal support)."""
+    from perfguard.engine import guarded
+
+    if getattr(guarded.current().get(impl), "supports_causal", True):
+        return None
+    return f"{impl} declares no causal mode (supports_causal=False): it has no causal error"

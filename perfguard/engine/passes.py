@@ -14,7 +14,8 @@ most once, in the order that keeps the numbers clean:
    count of that graph;
 5. the **timing** of the graph replay (:mod:`perfguard.engine.timing`);
 6. the **accuracy**, last: one eager forward and backward against perfguard's float64 reference
-   (:mod:`perfguard.engine.accuracy`), shared by the case's accuracy benchmarks.
+   (:mod:`perfguard.engine.accuracy`), shared by the case's accuracy benchmarks (and one causal
+   forward and backward, shared by the causal ones).
 
 Under plain ``asv run`` (one benchmark per process) the same objects do only the steps that one
 benchmark needs.  The re-measurement stage may also ask for :meth:`Pass.breakdown`, a profiler pass
@@ -30,6 +31,7 @@ from typing import Any
 
 from perfguard import profiles
 from perfguard.engine import accuracy, cases, timing, work
+from perfguard.engine.sequence_group import SequenceGroup
 
 PASSES = ("forward", "forward_backward")
 
@@ -163,16 +165,17 @@ class Measured:
     case: cases.Case | None
     unsupported: str | None
     passes: dict[str, Pass] = field(default_factory=dict)
-    _errors: accuracy.Errors | None = None
+    _errors: dict[bool, accuracy.Errors] = field(default_factory=dict)
 
-    def errors(self) -> accuracy.Errors:
-        """The case's errors against the float64 reference, measured once (after its first call)."""
-        if self._errors is None:
+    def errors(self, *, causal: bool = False, group: SequenceGroup | None = None) -> accuracy.Errors:
+        """The case's errors against the float64 reference, causal or not, measured once each (after
+        its first call).  ``group``: the case is one rank's shard of a distributed sequence."""
+        if causal not in self._errors:
             first = self.pass_("forward_backward")
             first.first()
-            with _clock(first.log, "accuracy_s"):
-                self._errors = accuracy.measure(first.case)
-        return self._errors
+            with _clock(first.log, "accuracy_causal_s" if causal else "accuracy_s"):
+                self._errors[causal] = accuracy.measure(first.case, causal=causal, group=group)
+        return self._errors[causal]
 
     def pass_(self, name: str) -> Pass:
         if self.case is None:

@@ -84,6 +84,10 @@ _ORDER = (
     "Accuracy.track_q_error",
     "Accuracy.track_k_error",
     "Accuracy.track_v_error",
+    "Accuracy.track_output_error_causal",
+    "Accuracy.track_q_error_causal",
+    "Accuracy.track_k_error_causal",
+    "Accuracy.track_v_error_causal",
 )
 
 

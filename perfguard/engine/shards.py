@@ -3,8 +3,9 @@
 The distributed suite (``asv_benchmarks/bench_distributed.py``) times one long sequence spread over
 the round's ranks, for the implementations whose registry entry declares a sequence-parallel path
 (``sequence_parallel``, :class:`perfguard.declare.SequenceParallel`): rank ``r`` of ``N`` holds the
-contiguous positions :func:`shard_lengths` ``(n, N)[r]`` of q, k and v (random, seeded per rank,
-made on the device: no rank ever builds the whole sequence), and the module is built as the
+contiguous positions ``shard_lengths(n, N)[r]`` of q, k and v (random, seeded per block of
+positions, made on the device: no rank ever builds the whole sequence, and rows hold the same
+numbers at every N: :mod:`perfguard.engine.sequence_group`), and the module is built as the
 registry builds it for the benchmarks, with :func:`perfguard.profiles.distributed_dilation`'s
 segments and the entry's keywords for a group of ranks (``ranks``; with one rank ``one_rank``: the
 N = 1 point of the scaling view).  How the sequence is split is perfguard's, part of the contract
@@ -25,13 +26,7 @@ import torch
 
 from perfguard import profiles
 from perfguard.engine import cases, guarded, passes
-
-
-def shard_lengths(seq_len: int, ranks: int) -> tuple[int, ...]:
-    """``seq_len`` positions split into ``ranks`` contiguous shards as evenly as possible, the first
-    ones one longer: rank ``r`` holds ``sum(lengths[:r])`` up to ``sum(lengths[:r + 1])``."""
-    base, extra = divmod(seq_len, ranks)
-    return tuple(base + (1 if r < extra else 0) for r in range(ranks))
+from perfguard.engine.sequence_group import SequenceGroup, shard_lengths
 
 
 def world() -> tuple[int, int]:
@@ -68,9 +63,12 @@ def build(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Pr
     overrides: dict[str, Any] = dict(dilation)
     overrides.update(parallel.ranks if size > 1 else parallel.one_rank)
     overrides.update(cases.head_overrides(spec.multihead, shape))
+    # the same initial parameters on every rank and at every number of ranks (a multihead module's
+    # projections): one model spread over the ranks, whose error compares across N
+    torch.manual_seed(0)
     try:
         module = spec.build("bench", device=device, dtype=torch_dtype, **overrides)
-        inputs = _shard(spec.multihead, shape, lengths[rank], device, torch_dtype, seed=1000 + rank)
+        inputs = _shard(spec.multihead, shape, SequenceGroup(rank, tuple(lengths)), device, torch_dtype)
     except torch.cuda.OutOfMemoryError as exc:
         raise cases.Unsupported(f"does not fit the GPU: {str(exc).splitlines()[0]}") from None
     config = {**dict(spec.config("bench").kwargs), **overrides}
@@ -98,16 +96,13 @@ def build(impl: str, seq_len: int, dtype: str, device: str, profile: profiles.Pr
 
 
 def _shard(
-    multihead: bool, shape: profiles.Shape, length: int, device: str, dtype: torch.dtype, *, seed: int
+    multihead: bool, shape: profiles.Shape, group: SequenceGroup, device: str, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Random q, k, v of one shard, made on the device with a per-rank seed (never zeros)."""
-    gen = torch.Generator(device=device).manual_seed(seed)
-    if multihead:
-        dims: tuple[int, ...] = (shape.batch, length, shape.num_heads * shape.head_dim)
-    else:
-        dims = (shape.batch, length, shape.num_heads, shape.head_dim)
-    made = [torch.randn(dims, generator=gen, device=device, dtype=torch.float32).to(dtype) for _ in range(3)]
-    return made[0], made[1], made[2]
+    """This rank's rows of random q, k, v, made on the device: the same numbers at every number of
+    ranks (:meth:`SequenceGroup.randn`), so the distributed errors compare across N; never zeros."""
+    tail = (shape.num_heads * shape.head_dim,) if multihead else (shape.num_heads, shape.head_dim)
+    q, k, v = group.randn(shape.batch, tail, 3, seed=1000, device=device, dtype=dtype)
+    return q, k, v
 
 
 _SLOT = passes.CaseSlot(build)

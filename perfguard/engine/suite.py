@@ -62,6 +62,8 @@ for _pass in ("forward", "forward_backward"):
 ACCURACY_TENSORS = ("output", "q", "k", "v")
 for _tensor in ACCURACY_TENSORS:
     _KINDS[f"Accuracy.track_{_tensor}_error"] = Kind.of(metrics.ERROR)
+    # the same of a causal call: benchmarks of their own, so the non-causal series keep their keys
+    _KINDS[f"Accuracy.track_{_tensor}_error_causal"] = Kind.of(metrics.ERROR)
 #: The forward time of each implementation that declares a ``kernels`` module (``attention``:
 #: ``improved``) on each of its kernels: reported, never gated.  It compares kernels on one machine
 #: (which is fastest where), not commits; a kernel that gets slower is torch's or the driver's

@@ -38,6 +38,10 @@ BENCHMARK_LABELS = {
     "Accuracy.track_q_error": "q gradient error",
     "Accuracy.track_k_error": "k gradient error",
     "Accuracy.track_v_error": "v gradient error",
+    "Accuracy.track_output_error_causal": "causal output error",
+    "Accuracy.track_q_error_causal": "causal q gradient error",
+    "Accuracy.track_k_error_causal": "causal k gradient error",
+    "Accuracy.track_v_error_causal": "causal v gradient error",
     # a declared implementation's forward on each of its kernels (params: backend), reported
     "Backends.track_time": "per-kernel forward time",
 }

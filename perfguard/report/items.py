@@ -179,10 +179,11 @@ def column_order(benchmark: str) -> tuple[int, bool, str]:
     return (9, backward, label)
 
 
-#: How the accuracy columns sort: output error, then the q, k, v gradient errors.
+#: How the accuracy columns sort: output error, then the q, k, v gradient errors; the causal ones after.
 _ERROR_ORDER = {
-    label: f"{i}"
-    for i, label in enumerate(("output error", "q gradient error", "k gradient error", "v gradient error"))
+    f"{causal}{label}": f"{i}{j}"
+    for i, causal in enumerate(("", "causal "))
+    for j, label in enumerate(("output error", "q gradient error", "k gradient error", "v gradient error"))
 }
 
 

@@ -1,4 +1,5 @@
-"""Scaling over ranks: time and per-GPU memory of the distributed suite against the number of GPUs.
+"""Scaling over ranks: time and per-GPU memory of the distributed suite against the number of GPUs
+(``ranks.html``), and its errors against the float64 reference over N (``accuracy.html``).
 
 A distributed run is stored under its machine key with the number of ranks
 (:func:`perfguard.engine.machine.with_ranks`: ``NVIDIA H200 x4 ranks=4``), so the runs at N = 1, 2, 4
@@ -30,7 +31,10 @@ from perfguard.units import COUNT_UNITS
 
 #: What the view shows: the group's time, each rank's peak memory, each rank's work in FLOPs and
 #: bytes (its share of the sequence); aten ops and kernels count code, which a shard does not divide.
-METRICS = tuple(m.name for m in REGISTRY.values() if m.gated and m.unit not in COUNT_UNITS)
+#: The errors have no ideal (N ranks do not divide an error): the accuracy page shows them over N.
+METRICS = tuple(
+    m.name for m in REGISTRY.values() if m.gated and m.unit not in COUNT_UNITS and m.family != "accuracy"
+)
 
 
 @dataclass
@@ -42,6 +46,7 @@ class RankPoint:
     slug: str  # the page of its series
     ideal: float = 0.0
     efficiency: float = 0.0  # ideal / value
+    growth: float = 1.0  # value / the value at the fewest ranks (the accuracy page's errors)
 
 
 @dataclass
@@ -71,13 +76,18 @@ class RankGroup:
 
 
 def groups(
-    series: Sequence[Series], *, colors: dict[str, int], slugs: dict[tuple[str, str], str]
+    series: Sequence[Series],
+    *,
+    colors: dict[str, int],
+    slugs: dict[tuple[str, str], str],
+    metrics: Sequence[str] = METRICS,
 ) -> list[RankGroup]:
-    """The distributed suite's series grouped by hardware over the number of ranks (module docstring)."""
+    """The distributed suite's series of ``metrics`` grouped by hardware over the number of ranks
+    (module docstring; the accuracy page asks for the errors)."""
     buckets: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[tuple[int, Series]]] = defaultdict(list)
     for s in series:
         _, n = split_ranks(s.machine.key)
-        if n is None or s.metric not in METRICS or not s.benchmark.startswith(f"{DISTRIBUTED_SUITE}."):
+        if n is None or s.metric not in metrics or not s.benchmark.startswith(f"{DISTRIBUTED_SUITE}."):
             continue
         latest = s.latest
         if latest is None or latest.value is None or latest.value <= 0:
@@ -101,6 +111,7 @@ def groups(
             for p in line.points:
                 p.ideal = first.value * first.ranks / p.ranks
                 p.efficiency = p.ideal / p.value
+                p.growth = p.value / first.value
         first_series = members[0][1]
         ordered = sorted(lines.values(), key=lambda ln: ln.impl)
         out.append(
@@ -123,12 +134,12 @@ def chart(group: RankGroup) -> Any:
     from perfguard.report.charts import PALETTE, loglog_chart
 
     measured = [(ln.impl, PALETTE[ln.color], [(p.ranks, p.value) for p in ln.points]) for ln in group.lines]
-    ideal = [
+    ideals = [
         (f"ideal {ln.impl}", PALETTE[ln.color], [(p.ranks, p.ideal) for p in ln.points])
         for ln in group.lines
         if len(ln.points) > 1
     ]
-    drawn = loglog_chart([*measured, *ideal], unit=group.unit)
+    drawn = loglog_chart([*measured, *ideals], unit=group.unit)
     guides = drawn.lines[len(measured) :]
     for guide in guides:
         guide.label = guide.name

@@ -11,7 +11,8 @@ in the pages as JSON blocks, no request of any kind, guarded by a Content-Securi
 ``memory.html``             peak memory against sequence length, log-log, with the fitted exponent
 ``work.html``               the work counts of one call against sequence length
 ``accuracy.html``           the error of one call against perfguard's float64 reference, per tensor and
-                            dtype, against sequence length (its history: each series' page)
+                            dtype, against sequence length (its history: each series' page), and
+                            the distributed suite's error against the number of ranks
 ``ranks.html``              the distributed suite against the number of ranks (GPUs), with the ideal
 ``backends.html``           a declared implementation on each of its kernels over sequence length (latest):
                             fastest marked, kernels that cannot run with why (:mod:`.backends`)
@@ -48,8 +49,9 @@ from typing import Any
 from perfguard.errors import UsageError
 from perfguard.files import check_output_path
 from perfguard.metrics import in_family
+from perfguard.profiles import DISTRIBUTED_SUITE
+from perfguard.report import accuracy_ranks, formatting, site_benchmark, site_index
 from perfguard.report import backends as backends_view
-from perfguard.report import formatting, site_benchmark, site_index
 from perfguard.report import ranks as ranks_view
 from perfguard.report.charts import PALETTE, loglog_chart
 from perfguard.report.downloads import write_downloads
@@ -230,17 +232,6 @@ def build_site(
             "No work metrics are stored yet.",
             True,
         ),
-        (
-            "accuracy",
-            in_family("accuracy"),
-            "Accuracy",
-            "The relative L2 error of one call's output and of each input gradient against perfguard's "
-            "float64 reference of the same inputs (perfguard.engine.accuracy), per dtype; gated on growth "
-            "by a factor above the dtype's roundoff. A flat line: the error does not grow with the "
-            "length. Each series' history is on its page (index).",
-            "No accuracy results are stored yet.",
-            False,
-        ),
     ):
         write(
             f"{name}.html",
@@ -255,6 +246,31 @@ def build_site(
                 for g in groups(series, metrics=metrics, colors=colors, slugs=slugs)
             ],
         )
+    errors = in_family("accuracy")
+    single_process = [s for s in series if not s.benchmark.startswith(f"{DISTRIBUTED_SUITE}.")]
+    write(
+        "accuracy.html",
+        "site/accuracy.html",
+        page="accuracy",
+        heading="Accuracy",
+        intro="The relative L2 error of one call's output and of each input gradient against perfguard's "
+        "float64 reference of the same inputs (perfguard.engine.accuracy), per dtype, not causal and "
+        "causal; gated on growth by a factor above the dtype's roundoff. A flat line: the error does "
+        "not grow with the length. Each series' history is on its page (index).",
+        empty="No accuracy results of the single-process suite are stored yet.",
+        guides=False,
+        groups=[
+            _group_view(g, memory=False, crossovers=False)
+            for g in groups(single_process, metrics=errors, colors=colors, slugs=slugs)
+        ],
+        # the distributed suite's errors against the number of ranks
+        rank_groups=[
+            GroupView(group=g, chart=accuracy_ranks.chart(g))
+            for g in accuracy_ranks.error_groups(
+                ranks_view.groups(series, colors=colors, slugs=slugs, metrics=errors)
+            )
+        ],
+    )
     write(
         "ranks.html",
         "site/ranks.html",

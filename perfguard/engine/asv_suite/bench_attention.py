@@ -13,6 +13,7 @@
 | ``Work.track_forward_backward_*`` | | the same four for forward + backward |
 | ``Accuracy.track_output_error`` | relative error | the output against perfguard's float64 reference |
 | ``Accuracy.track_q_error`` (k, v) | relative error | the gradient of q (k, v) against the reference's |
+| ``Accuracy.track_*_error_causal`` | relative error | the same four of a causal call (causal reference) |
 | ``Backends.track_time`` | seconds | a declared implementation's forward on each of its kernels (reported) |
 
 Times come from :func:`perfguard.engine.timing.time_call` (CUDA-graph replay where the module can be
@@ -175,43 +176,19 @@ class Work(benchmark_methods.Work, _Suite):
     """What one call does, counted: the same on every run of the same code (gated like memory)."""
 
 
-class Accuracy(_Suite):
-    """How exact one call is, against perfguard's float64 reference (:mod:`perfguard.engine.accuracy`).
+class Accuracy(benchmark_methods.Accuracy, _Suite):
+    """How exact one call is, against perfguard's float64 reference (:mod:`perfguard.engine.accuracy`),
+    causal and not; the largest absolute difference and the pattern's density go to the result's info."""
 
-    One eager forward and backward per case, shared by the four benchmarks; the largest absolute
-    difference and the pattern's density go to the result's info.  Gated on growth by a factor
-    above a floor (``accuracy_threshold``, ``accuracy_floor``): deterministic for the same inputs.
-    """
-
-    def _error(self, benchmark: str, tensor: str) -> float:
+    def _error(self, benchmark: str, tensor: str, causal: bool) -> float:
         assert self.measured is not None
-        with _skip_unsupported():
-            errors = self.measured.errors()
         p = self._pass("forward_backward")
-        info = {
-            "tensor": tensor,
-            "max_abs": errors.max_abs[tensor],
-            "pattern_density": errors.pattern_density,
-            "accuracy_s": errors.seconds,
-        }
-        value = errors.relative[tensor]
-        outcome = Outcome("relative error", value, [value], "float64 reference", info)
-        return self._record(benchmark, p, outcome)
-
-    def track_output_error(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._error("Accuracy.track_output_error", "output")
-
-    def track_q_error(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._error("Accuracy.track_q_error", "q")
-
-    def track_k_error(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._error("Accuracy.track_k_error", "k")
-
-    def track_v_error(self, impl: str, seq_len: int, dtype: str) -> float:
-        return self._error("Accuracy.track_v_error", "v")
-
-    track_output_error.unit = track_q_error.unit = "relative error"  # type: ignore[attr-defined]
-    track_k_error.unit = track_v_error.unit = "relative error"  # type: ignore[attr-defined]
+        why = benchmark_methods.no_causal_mode(p.case.impl) if causal else None
+        if why:
+            raise SkipNotImplemented(why)
+        with _skip_unsupported():
+            errors = self.measured.errors(causal=causal)
+        return self._record(benchmark, p, benchmark_methods.error_outcome(errors, tensor, causal))
 
 
 def _backend_lengths() -> list[int]:

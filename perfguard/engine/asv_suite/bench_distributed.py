@@ -13,8 +13,12 @@ the group's:
 | ``PeakMemory.track_forward``, ``…backward`` | bytes | the largest peak of any rank (CUDA only) |
 | ``Work.track_{forward,forward_backward}_*`` | | the largest count of any rank (``info.per_rank``) |
 | ``Communication.track_forward``, ``…_backward`` | seconds | communication per call, largest of any rank |
+| ``Accuracy.track_*_error[_causal]`` | relative error | the whole sequence's error (float64 reference) |
 
-The communication's share of the call is ``info.share`` (reported, never gated).
+The communication's share of the call is ``info.share`` (reported, never gated).  The inputs are
+the same at every number of ranks (:meth:`perfguard.engine.sequence_group.SequenceGroup.randn`), so
+the errors of the runs at N = 1, 2, 4 are one computation distributed N ways; up to
+:data:`perfguard.engine.accuracy.MAX_SHARDED_LEN` tokens (the ``distributed-quick`` profile).
 
 Parameters: ``impl`` (the entries that declare ``sequence_parallel``; ``attention``: ``ring``,
 ``hilbert_ring``, ``multihead_ring``; a package that declares none has an empty suite) x
@@ -45,6 +49,7 @@ from perfguard import profiles
 from perfguard.declaration import SOURCE_ENV
 from perfguard.engine import benchmark_methods, cases, guarded, outcomes, passes, shards, timing
 from perfguard.engine.outcomes import Outcome
+from perfguard.engine.sequence_group import SequenceGroup
 
 # the guarded package of the repository this suite belongs to (plain asv), or of the commit a
 # perfguard round measures ($PERFGUARD_SOURCE, set by the round): docs/guarding-your-package.md
@@ -211,6 +216,23 @@ class PeakMemory(benchmark_methods.PeakMemory, _Suite):
 
 class Work(benchmark_methods.Work, _Suite):
     """What one call does on the busiest rank, counted exactly (gated like memory)."""
+
+
+class Accuracy(benchmark_methods.Accuracy, _Suite):
+    """The whole sequence's error against the float64 reference, measured across the ranks
+    (:mod:`perfguard.engine.accuracy`, ``group``): the same number on every rank, and the same
+    inputs at every number of ranks, so the runs at N = 1, 2, 4 show the error against N."""
+
+    def _error(self, benchmark: str, tensor: str, causal: bool) -> float:
+        assert self.measured is not None
+        p = self._pass("forward_backward")
+        why = benchmark_methods.no_causal_mode(p.case.impl) if causal else None
+        if why:
+            raise SkipNotImplemented(why)
+        group = SequenceGroup.current(p.case.seq_len)
+        with _skip_unsupported():
+            errors = self.measured.errors(causal=causal, group=group)
+        return self._record(benchmark, p, benchmark_methods.error_outcome(errors, tensor, causal))
 
 
 class Communication(_Suite):
