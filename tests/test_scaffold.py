@@ -65,3 +65,35 @@ def test_a_package_that_does_not_exist_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="perfguard guards an existing package"):
         init_repository(tmp_path, "ghost")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dense_entry_without_a_pattern_gets_its_accuracy_measured_against_the_declared_function(
+    tmp_path: Path,
+) -> None:
+    """The worked entry ``init`` writes has no ``attention_pattern``: its errors are measured against
+    what it declares it computes (``dense``: every key), the function verify's reference holds it
+    to, instead of being skipped (a guarded package need not expose patterns)."""
+    from sqlalchemy import create_engine, text
+
+    from tests.helpers.project import git, perfguard
+
+    repo = tmp_path / "mykern"
+    package(repo, "mykern")
+    init_repository(repo)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "perfguard init")
+    db = f"sqlite:///{tmp_path / 'history.db'}"
+    bench = r"Accuracy\.track_(output|q)_error(_causal)?\('example_dense', 512,"
+    result = perfguard(repo, "run", "--rounds", "1", "--bench", bench, db=db)
+    assert result.returncode == 0, result.stdout + result.stderr
+    engine = create_engine(db)
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT benchmark, status, value, error FROM results")).all()
+    engine.dispose()
+    measured = {b.rsplit(".", 1)[-1]: (s, v, e) for b, s, v, e in rows}
+    assert set(measured) == {"track_output_error", "track_q_error", "track_output_error_causal",
+                             "track_q_error_causal"}, measured  # fmt: skip
+    for name, (status, value, error) in measured.items():
+        assert status == "ok", (name, error)
+        assert 0 < value < 1e-5, (name, value)  # float32 SDPA against the float64 reference

@@ -51,7 +51,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from perfguard.engine import cases
+from perfguard.engine import cases, guarded
+from perfguard.engine.dilation import MODES, function_counts
 from perfguard.engine.sequence_group import SequenceGroup
 from perfguard.engine.suite import ACCURACY_TENSORS
 
@@ -215,12 +216,15 @@ def _pattern(case: cases.Case, causal: bool, n: int) -> torch.Tensor:
     """The declared pattern ``(heads, n, n)`` of the case's core for a sequence of ``n`` tokens
     (the case's own length, or the whole sequence of a distributed case), on the case's device."""
     core = _core(case)
-    if getattr(core, "attention_pattern", None) is None:
-        raise NoPattern(
-            f"{type(core).__name__} has no attention_pattern: the accuracy benchmarks need the "
-            "pattern the implementation computes (docs/design.md)"
-        )
     heads = case.module.num_heads if case.multihead else case.inputs[0].shape[2]
+    if getattr(core, "attention_pattern", None) is None:
+        what = guarded.computes(guarded.current().get(case.impl))
+        if what in ("dense", *MODES):  # what verify's reference holds it to: the declared function
+            return function_counts(what, n, heads, case.config, is_causal=causal, device=case.device)
+        raise NoPattern(
+            f"{type(core).__name__} has no attention_pattern and declares computes={what!r}: the accuracy "
+            "benchmarks need the pattern the implementation computes (docs/design.md)"
+        )
     counts = declared_pattern(core, n, causal=causal, num_heads=heads, device=case.device)
     if not isinstance(counts, torch.Tensor) or counts.shape != (heads, n, n):
         raise NoPattern(f"attention_pattern gave {type(counts).__name__}, not a ({heads}, {n}, {n}) tensor")

@@ -110,3 +110,28 @@ def dilated_attended_pairs(
                 kept = (length - 1 - o) // r + 1 if o < length else 0
                 total += segments * (kept * (kept + 1) // 2 if is_causal else kept * kept)
     return total
+
+
+def function_counts(
+    what: str,
+    n: int,
+    heads: int,
+    kwargs: dict,
+    *,
+    is_causal: bool,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """The ``(heads, n, n)`` counts of what a registry entry declares it ``computes``: ``"dense"``
+    (every key; causally the lower triangle), or dilated attention in ``"longnet"`` /
+    ``"head_groups"`` semantics with the ``segment_lengths`` and ``dilation_rates`` of ``kwargs``
+    (the configuration the module was built with).  The one definition ``perfguard verify``'s
+    reference and the accuracy benchmarks read for such entries (the module is not asked)."""
+    if what == "dense":
+        counts = torch.ones(heads, n, n, dtype=torch.int64, device=device)
+        return torch.tril(counts) if is_causal else counts
+    if what not in MODES:
+        raise ValueError(f"computes={what!r} is not a declared function (dense, {', '.join(MODES)})")
+    if "segment_lengths" not in kwargs or "dilation_rates" not in kwargs:
+        raise ValueError(f"computes={what!r} needs segment_lengths and dilation_rates in the entry's config")
+    segs, rates = tuple(kwargs["segment_lengths"]), tuple(kwargs["dilation_rates"])
+    return dilated_pattern(n, heads, segs, rates, mode=what, is_causal=is_causal, device=device)

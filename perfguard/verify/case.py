@@ -12,7 +12,7 @@ import torch
 
 from perfguard.declare import ImplConfig, Implementation, ShapeConfig
 from perfguard.engine.accuracy import GRAD_FLOOR, relative_error
-from perfguard.engine.dilation import dilated_pattern
+from perfguard.engine.dilation import dilated_pattern, function_counts
 from perfguard.engine.guarded import computes
 from perfguard.verify import probes
 from perfguard.verify.planning import Scenario
@@ -161,19 +161,10 @@ class CaseRun:
         return expected
 
     def _function_counts(self, what: str, causal: bool) -> torch.Tensor:
-        n, heads, device = self.n, self.heads, self.device
-        if what == "dense":
-            counts = torch.ones(heads, n, n, dtype=torch.int64, device=device)
-            return torch.tril(counts) if causal else counts
-        kwargs = self.cfg.kwargs
-        if "segment_lengths" not in kwargs or "dilation_rates" not in kwargs:
-            raise ValueError(
-                f"computes={what!r} needs segment_lengths and dilation_rates in the entry's config"
-            )
-        segs, rates = tuple(kwargs["segment_lengths"]), tuple(kwargs["dilation_rates"])
-        key = ("semantics", segs, rates, n, heads, what, causal, str(device))
+        n, heads, device, kwargs = self.n, self.heads, self.device, self.cfg.kwargs
+        key = ("function", what, repr(sorted(kwargs.items())), n, heads, causal, str(device))
         return self.cache.patterns.get(
-            key, lambda: dilated_pattern(n, heads, segs, rates, mode=what, is_causal=causal, device=device)
+            key, lambda: function_counts(what, n, heads, dict(kwargs), is_causal=causal, device=device)
         )
 
     def _expected_pattern(self, device: torch.device) -> tuple[torch.Tensor, str]:
