@@ -120,8 +120,11 @@ def test_untrusted_runs_never_become_or_change_a_baseline(store_url: str) -> Non
         assert baseline_read(store) == before
         found, ratio = verdict(store, trusted_only=True)
         assert found == Verdict.REGRESSION and ratio > 3.5
-        # Without the filter the forged runs would decide it: the test can fail.
-        assert verdict(store, trusted_only=False)[0] == Verdict.IMPROVEMENT
+        # Without the filter the forged runs would decide it: the test can fail.  (The forged rounds
+        # make the baseline look 8x slower than main's own: HEAD reads faster, and the regression is
+        # gone; the rule over rounds calls that mixed baseline unstable rather than an improvement.)
+        found, ratio = verdict(store, trusted_only=False)
+        assert found != Verdict.REGRESSION and ratio < 1, (found, ratio)
 
 
 def _untrusted(run: RunRecord, purpose: str = "run") -> RunRecord:
