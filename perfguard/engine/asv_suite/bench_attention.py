@@ -38,8 +38,6 @@ cosmetic edits of this file, and bumping it makes perfguard re-measure stored ba
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,15 +63,6 @@ def _params(case: cases.Case) -> dict[str, Any]:
     """The case's asv parameters by name, in the suite's order (the round worker matches on them)."""
     kernel = {} if case.backend is None else {"backend": case.backend}
     return {"impl": case.impl, **kernel, "seq_len": case.seq_len, "dtype": case.dtype}
-
-
-@contextmanager
-def _skip_unsupported() -> Iterator[None]:
-    """A case that turns out not to fit here (GPU out of memory on its first call) is skipped."""
-    try:
-        yield
-    except cases.Unsupported as exc:
-        raise SkipNotImplemented(str(exc)) from None
 
 
 class _Suite:
@@ -116,17 +105,17 @@ class _Suite:
 
     def _time(self, benchmark: str, pass_name: str) -> float:
         p = self._pass(pass_name)
-        with _skip_unsupported():
+        with benchmark_methods.skip_unsupported():
             result = p.timing()
         info = dict(result.info)
-        with _skip_unsupported():
+        with benchmark_methods.skip_unsupported():
             info["path"] = p.path()  # after the timing: counting the path never runs before it
         outcome = Outcome("seconds", result.median, list(result.samples), result.method, info)
         return self._record(benchmark, p, outcome)
 
     def _memory(self, benchmark: str, pass_name: str) -> float:
         p = self._pass(pass_name)
-        with _skip_unsupported():
+        with benchmark_methods.skip_unsupported():
             memory = p.memory()
         value = float(memory.peak_bytes)
         return self._record(
@@ -139,7 +128,7 @@ class _Suite:
         if what == "kernels":
             if DEVICE != "cuda":
                 raise SkipNotImplemented("CUDA kernels are counted on a GPU only")
-            with _skip_unsupported():
+            with benchmark_methods.skip_unsupported():
                 kernels = p.kernels()
             value = float(sum(kernels.values()))
             info["breakdown"] = {"kind": "CUDA kernels", "counts": kernels}
@@ -148,7 +137,7 @@ class _Suite:
                 "cuda-graph nodes" if p.captured().graph is not None else "torch.profiler",
             )
         else:
-            with _skip_unsupported():
+            with benchmark_methods.skip_unsupported():
                 counts = p.counts()
             value = float(
                 {"flops": counts.flops, "ops": counts.ops, "allocated": counts.allocated_bytes}[what]
@@ -179,16 +168,6 @@ class Work(benchmark_methods.Work, _Suite):
 class Accuracy(benchmark_methods.Accuracy, _Suite):
     """How exact one call is, against perfguard's float64 reference (:mod:`perfguard.engine.accuracy`),
     causal and not; the largest absolute difference and the pattern's density go to the result's info."""
-
-    def _error(self, benchmark: str, tensor: str, causal: bool) -> float:
-        assert self.measured is not None
-        p = self._pass("forward_backward")
-        why = benchmark_methods.no_causal_mode(p.case.impl) if causal else None
-        if why:
-            raise SkipNotImplemented(why)
-        with _skip_unsupported():
-            errors = self.measured.errors(causal=causal)
-        return self._record(benchmark, p, benchmark_methods.error_outcome(errors, tensor, causal))
 
 
 def _backend_lengths() -> list[int]:

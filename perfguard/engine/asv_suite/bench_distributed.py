@@ -38,8 +38,6 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -80,14 +78,6 @@ def _group_ready() -> bool:
     import torch.distributed as dist
 
     return dist.is_available() and dist.is_initialized()
-
-
-@contextmanager
-def _skip_unsupported() -> Iterator[None]:
-    try:
-        yield
-    except cases.Unsupported as exc:
-        raise SkipNotImplemented(str(exc)) from None
 
 
 def _per_rank(value: float) -> dict[str, Any]:
@@ -133,14 +123,14 @@ class _Suite:
 
     def _time(self, benchmark: str, pass_name: str) -> float:
         p = self._pass(pass_name)
-        with _skip_unsupported():
+        with benchmark_methods.skip_unsupported():
             result = timing.slowest_rank(p.timing())
         outcome = Outcome("seconds", result.median, list(result.samples), result.method, dict(result.info))
         return self._record(benchmark, p, outcome)
 
     def _memory(self, benchmark: str, pass_name: str) -> float:
         p = self._pass(pass_name)
-        with _skip_unsupported():
+        with benchmark_methods.skip_unsupported():
             memory = p.memory()
         group = _per_rank(float(memory.peak_bytes))
         value = group.pop("value")
@@ -153,13 +143,13 @@ class _Suite:
         if what == "kernels":
             if DEVICE != "cuda":
                 raise SkipNotImplemented("CUDA kernels are counted on a GPU only")
-            with _skip_unsupported():
+            with benchmark_methods.skip_unsupported():
                 kernels = p.kernels()
             mine = float(sum(kernels.values()))
             info["breakdown"] = {"kind": "CUDA kernels", "counts": kernels}
             unit, method = "kernels", "torch.profiler"
         else:
-            with _skip_unsupported():
+            with benchmark_methods.skip_unsupported():
                 counts = p.counts()
             mine = float(
                 {"flops": counts.flops, "ops": counts.ops, "allocated": counts.allocated_bytes}[what]
@@ -179,7 +169,7 @@ class _Suite:
         p = self._pass(pass_name)
         if shards.world()[1] == 1:
             raise SkipNotImplemented("one rank: nothing is communicated")
-        with _skip_unsupported():
+        with benchmark_methods.skip_unsupported():
             p.first()
         exchange = communication.measure(p.fn, DEVICE)
         calls = timing.gather_values(exchange.comm_s)
@@ -223,16 +213,8 @@ class Accuracy(benchmark_methods.Accuracy, _Suite):
     (:mod:`perfguard.engine.accuracy`, ``group``): the same number on every rank, and the same
     inputs at every number of ranks, so the runs at N = 1, 2, 4 show the error against N."""
 
-    def _error(self, benchmark: str, tensor: str, causal: bool) -> float:
-        assert self.measured is not None
-        p = self._pass("forward_backward")
-        why = benchmark_methods.no_causal_mode(p.case.impl) if causal else None
-        if why:
-            raise SkipNotImplemented(why)
-        group = SequenceGroup.current(p.case.seq_len)
-        with _skip_unsupported():
-            errors = self.measured.errors(causal=causal, group=group)
-        return self._record(benchmark, p, benchmark_methods.error_outcome(errors, tensor, causal))
+    def _group(self, case: cases.Case) -> SequenceGroup:
+        return SequenceGroup.current(case.seq_len)
 
 
 class Communication(_Suite):
