@@ -124,6 +124,7 @@ def one_gpu_case(impl: str, n: int, dtype: str, device: str, profile):
     ``perfguard.engine.shards``' own case)."""
     import torch
 
+    from perfguard import profiles
     from perfguard.engine import cases, guarded, shards
 
     if impl == "ring":
@@ -131,7 +132,7 @@ def one_gpu_case(impl: str, n: int, dtype: str, device: str, profile):
     spec = guarded.current().get(impl)
     shape = profile.shape(device)
     torch_dtype = cases.DTYPES[dtype]
-    overrides = {**profiles_dilation(n), **cases.head_overrides(spec.multihead, shape)}
+    overrides = {**profiles.distributed_dilation(n), **cases.head_overrides(spec.multihead, shape)}
     module = spec.build("bench", device=device, dtype=torch_dtype, **overrides)
     gen = torch.Generator(device=device).manual_seed(1000)
     dims = (shape.batch, n, shape.num_heads, shape.head_dim)
@@ -139,12 +140,6 @@ def one_gpu_case(impl: str, n: int, dtype: str, device: str, profile):
     return cases.Case(impl=impl, seq_len=n, dtype=dtype, device=device, module=module, inputs=(q, k, v),
                       multihead=spec.multihead, config=dict(overrides), tokens=shape.batch * n,
                       forward_flops=0.0)  # fmt: skip
-
-
-def profiles_dilation(n: int) -> dict[str, Any]:
-    from perfguard import profiles
-
-    return dict(profiles.distributed_dilation(n))
 
 
 def measure(impl: str, n: int, pass_name: str, group, device: str, dtype: str, profile) -> dict[str, Any]:
