@@ -33,7 +33,8 @@ shard's own sub-chunks meet each other as square causal / unmasked pieces.
 Backward: the same lanes and steps again; the receiving rank gets the packed key/value rows once
 more, runs each piece's kernel backward with the merged output and LSE (exact, as on one device),
 and sends the pieces' dk/dv (float32, packed the same way) straight back to the owner, which
-sums them into its float32 dk/dv (:func:`attention._merge.sum_parts`, the rows' own geometry).
+adds them into its float32 dk/dv (:func:`attention._merge.add_parts`: only the rows each part
+covers, in the rows' own geometry).
 Dropout in training is not supported across ranks (``NotImplementedError``).
 
 Shards may have different lengths (the sequence need not divide by the world size): lengths are
@@ -53,13 +54,13 @@ import torch.distributed as dist
 from attention._engine import (
     PackedKeys,
     SegmentPlan,
+    add_into_rows,
     chunk,
     key_part,
     key_view,
     piece_calls,
     run_pieces_backward,
     run_pieces_forward,
-    sum_into_rows,
 )
 from attention._lse import compute_dtype
 from attention._merge import merge_online
@@ -310,7 +311,7 @@ class _Ring:
                 key_part(blocks[i], call, piece)
                 for (piece, call), blocks in zip(st.send_calls, views, strict=True)
             ]
-            sum_into_rows(parts, dest, lo, hi)
+            add_into_rows(parts, dest, lo, hi)
 
 
 @dataclass
@@ -369,27 +370,6 @@ def _one_by_one(plan: SegmentPlan, pieces, qc: torch.Tensor, kc):
         keys = PackedKeys(kc.length, kc.views[start : start + n]) if isinstance(kc, PackedKeys) else kc
         yield piece, keys, slice(start, start + n)
         start += n
-
-
-def _sum_call_rows(parts: list[Part], dest: torch.Tensor, lo: int, hi: int) -> None:
-    """:func:`attention._engine.sum_into_rows`, over only the positions the parts cover.
-
-    The sum reads and writes every row of the window it is given; the backward sums one call at a
-    time, so over [lo, hi) each of a piece's calls would rewrite the whole float32 shard (the
-    likely cause of e89feb9's forward+backward being ~20% slower on 2 H200s than per-piece sums;
-    docs/perf/distributed.md says what is measured since).  With one sequence
-    in the batch the rows of a position are contiguous, so the window shrinks to the span of the
-    parts' rows; with more it stays [lo, hi) (the batch stride would change).
-    """
-    if dest.shape[0] != 1 or not parts:
-        sum_into_rows(parts, dest, lo, hi)
-        return
-    heads = dest.shape[2]
-    first = min(p.offset for p in parts)
-    last = max(p.offset + sum((n - 1) * st for n, st in zip(p.sizes, p.strides, strict=True)) for p in parts)
-    p0, p1 = first // heads, last // heads + 1
-    moved = [Part(p.values, p.lse, p.offset - p0 * heads, p.sizes, p.strides) for p in parts]
-    sum_into_rows(moved, dest, lo + p0, lo + p1)
 
 
 def _call_by_call(plan: SegmentPlan, pieces, qc: torch.Tensor, kc):
@@ -468,10 +448,10 @@ class DistributedRingFunction(torch.autograd.Function):
                     dq_p, dk_p, dv_p = run_pieces_backward(
                         plan, [piece], rows[0], keys, vv, rows[1], rows[2], rows[3], auxes[i : i + 1], which
                     )
-                    _sum_call_rows(dq_p, dq, q0, q1)
+                    add_into_rows(dq_p, dq, q0, q1)
                     if step == 0:
-                        _sum_call_rows(dk_p, dk, k0, k1)
-                        _sum_call_rows(dv_p, dv, k0, k1)
+                        add_into_rows(dk_p, dk, k0, k1)
+                        add_into_rows(dv_p, dv, k0, k1)
                     else:  # sent home in one message after the step
                         dk_all.extend(dk_p)
                         dv_all.extend(dv_p)

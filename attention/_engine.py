@@ -34,7 +34,7 @@ import torch
 
 from attention._kernel_selection import KernelSet
 from attention._lse import attention_with_lse, compute_dtype
-from attention._merge import merge_parts, sum_parts
+from attention._merge import add_parts, merge_parts, sum_parts
 from attention._part import Part
 from attention._plan import Call, Piece, build_pieces, fold, split_call
 
@@ -135,6 +135,19 @@ def chunk(x: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
     is everything, else a copy)."""
     part = x[:, lo:hi]
     return part if part.is_contiguous() else part.contiguous()
+
+
+def add_into_rows(parts: list[Part], dest: torch.Tensor, lo: int, hi: int) -> None:
+    """Add the parts (geometry relative to positions [lo, hi)) into those rows of ``dest``,
+    touching only the rows they cover (:func:`attention._merge.add_parts`: sparse parts, one at a
+    time)."""
+    view = dest[:, lo:hi]
+    if view.is_contiguous():
+        add_parts(parts, view)
+    else:  # batch > 1 with several chunks: add into a copy, write back
+        tmp = view.contiguous()
+        add_parts(parts, tmp)
+        view.copy_(tmp)
 
 
 def sum_into_rows(parts: list[Part], dest: torch.Tensor, lo: int, hi: int) -> None:

@@ -132,26 +132,42 @@ def merge_torch(parts: list[Part], out: torch.Tensor, lse: torch.Tensor) -> None
 
 def merge_online(parts: list[Part], out: torch.Tensor, lse: torch.Tensor) -> None:
     """Merge ``parts`` into a running result: ``out (b, L, H, d)`` and ``lse (b, L, H)`` already
-    hold the merge of everything before (0 and −inf where nothing was merged yet).
+    hold the merge of everything before (0 and −inf where nothing was merged yet), on the parts'
+    own rows only, one part at a time, so the distributed ring (:mod:`attention._distributed`)
+    never keeps the pieces of earlier steps.
 
-    For each part, ``L' = logaddexp(L, lse_p)`` and ``out' = lerp(out, out_p, exp(lse_p − L'))``
-    in place on the part's rows of ``out`` (the lerp computes in float32 inside the kernel): no
-    temporary of the part's size, five kernels per part, so the distributed ring
-    (:mod:`attention._distributed`) never keeps the pieces of earlier steps.  In bf16/fp16 the
-    output is rounded once per merged part and the weight is rounded to the output's dtype (the
+    For each part, ``L' = logaddexp(L, lse_p)`` and ``out' = out + w·(out_p − out)`` with
+    ``w = exp(lse_p − L')``.  With Triton (CUDA) one kernel per part computes it in float32 and
+    rounds the output row once (:func:`attention._merge_triton.merge_into`); otherwise five torch
+    kernels per part (``logaddexp``, ``exp``, ``lerp_`` on strided views), the weight rounded to
+    the output's dtype.  Either way a bf16/fp16 output is rounded once per merged part (the
     one-pass :func:`merge_parts` rounds once per row): on 2 H200s the distributed output was
     2.3-3.0e-3 (relative) from the same computation in float32, the one-device ring's 2.2-2.4e-3
     (docs/perf/distributed.md).  float32 and float64 are exact to their rounding.
     """
     _check_dest(out, lse)
+    for p in parts:
+        if triton_merge_enabled(out, [p]) and p.lse is not None:
+            from attention._merge_triton import merge_into
+
+            try:
+                merge_into(p, out, lse)  # a failure is at its compile, before any write
+            except Exception as exc:
+                _triton_failed(out, exc)
+            else:
+                TRITON_FALLBACK.succeeded(out.device.type)
+                continue
+        _merge_one_torch(p, out, lse)
+
+
+def _merge_one_torch(p: Part, out: torch.Tensor, lse: torch.Tensor) -> None:
     d = out.shape[-1]
     cd = lse.dtype
-    for p in parts:
-        lse_view = _dest_view(lse, p, 1)
-        merged = torch.logaddexp(lse_view, p.lse.to(cd))
-        weight = torch.exp(p.lse.to(cd) - merged).unsqueeze(-1)
-        _dest_view(out, p, d).lerp_(p.values.to(out.dtype), weight.to(out.dtype))
-        lse_view.copy_(merged)
+    lse_view = _dest_view(lse, p, 1)
+    merged = torch.logaddexp(lse_view, p.lse.to(cd))
+    weight = torch.exp(p.lse.to(cd) - merged).unsqueeze(-1)
+    _dest_view(out, p, d).lerp_(p.values.to(out.dtype), weight.to(out.dtype))
+    lse_view.copy_(merged)
 
 
 def sum_parts(parts: list[Part], dest: torch.Tensor, *, accumulate: bool = False) -> None:
@@ -168,6 +184,25 @@ def sum_parts(parts: list[Part], dest: torch.Tensor, *, accumulate: bool = False
             TRITON_FALLBACK.succeeded(dest.device.type)
             return
     sum_torch(parts, dest, accumulate=accumulate)
+
+
+def add_parts(parts: list[Part], dest: torch.Tensor) -> None:
+    """``dest += Σ parts`` on the parts' own rows only: one strided in-place add per part, in
+    ``dest``'s dtype (float32 sums for a float32 ``dest``, rounded once per part; one part at a
+    time, so parts may overlap).
+
+    Why not :func:`sum_parts` with ``accumulate``: the Triton kernels read and write every row of
+    ``dest`` (they map each destination row to the parts covering it), the right cost when the
+    parts cover the rows densely; a dilated branch's part covers one row in ``r``, and the
+    sequence-parallel backward adds one kernel call's part at a time.  On 2 H200s at 1M tokens
+    those whole-window sums took 21.6 of a rank's 64 ms forward+backward
+    (docs/perf/distributed.md, "Where the backward's time went").  With one part per call the
+    result is the same float32 ``dest + part`` as the kernels' (no other order of additions).
+    """
+    _check_dest(dest)
+    d = dest.shape[-1]
+    for p in parts:
+        _dest_view(dest, p, d).add_(p.values)
 
 
 def sum_torch(parts: list[Part], dest: torch.Tensor, *, accumulate: bool = False) -> None:

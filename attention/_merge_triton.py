@@ -51,6 +51,7 @@ _SLOT_ARGS = ("l", "off", "s1", "n1", "r1", "q1", "s2", "n2", "r2", "q2", "s3", 
 # vectors (docs/perf/merge_compile_time.py shows the loads each variant compiles to).
 _COMBINE_INTS = ["row0", "rows", "chunk"]
 _LOCATE_INTS = _COMBINE_INTS + [f"{a}{i}" for i in range(SLOTS) for a in _SLOT_ARGS if a != "l"]
+_INTO_INTS = ["rows", "n1", "n2", "off", "ds0", "ds1", "ds2", "vs0", "vs1", "vs2", "ls0", "ls1", "ls2"]
 
 
 def supported(parts: list[Part], d: int) -> bool:
@@ -279,6 +280,77 @@ if AVAILABLE:
             acc = _gather(acc, ok_r, cols, ok_d, 7 * chunk + local, idx, wmap, v7, D, WEIGHTED, VEC)
         tl.store(out + dst, acc.to(out.dtype.element_ty), mask=ok2)
     # fmt: on
+
+    # fmt: off
+    @triton.jit(do_not_specialize=_INTO_INTS)
+    def _merge_into_kernel(
+        out, lse, vals, plse, rows, n1, n2, off, ds0, ds1, ds2, vs0, vs1, vs2, ls0, ls1, ls2,
+        D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, WIDE: tl.constexpr,
+        VEC: tl.constexpr,
+    ):
+        """One part merged into the running result, on the part's own rows: a program per block
+        of the part's rows (i, j, t), whose destination row is ``off + i·ds0 + j·ds1 + t·ds2``."""
+        r = _local_rows(BLOCK_R, WIDE)
+        ok = r < rows
+        t = r % n2
+        rest = r // n2
+        j = rest % n1
+        i = rest // n1
+        dst = off + i * ds0 + j * ds1 + t * ds2
+        src = i * vs0 + j * vs1 + t * vs2
+        l_old = tl.load(lse + dst, mask=ok, other=float("-inf"))
+        l_p = tl.load(plse + (i * ls0 + j * ls1 + t * ls2), mask=ok, other=float("-inf")).to(tl.float32)
+        m = tl.maximum(l_old, l_p)
+        m_safe = tl.where(m == float("-inf"), 0.0, m)
+        merged = m_safe + tl.log(tl.exp(l_old - m_safe) + tl.exp(l_p - m_safe))
+        w = tl.where(l_p == float("-inf"), 0.0, tl.exp(l_p - merged))
+        cols = tl.arange(0, BLOCK_D)
+        ok2 = ok[:, None] & (cols < D)[None, :]
+        o_at = out + (tl.multiple_of(dst.to(tl.int64) * D, VEC)[:, None] + cols[None, :])
+        o = tl.load(o_at, mask=ok2, other=0.0).to(tl.float32)
+        v = tl.load(vals + (tl.multiple_of(src, VEC)[:, None] + cols[None, :]), mask=ok2, other=0.0)
+        o = o + w[:, None] * (v.to(tl.float32) - o)
+        tl.store(o_at, o.to(out.dtype.element_ty), mask=ok2)
+        tl.store(lse + dst, merged, mask=ok)
+    # fmt: on
+
+
+def merge_into(part: Part, out: torch.Tensor, lse: torch.Tensor) -> None:
+    """Triton: merge one part into the running ``out (b, L, H, d)`` / float32 ``lse (b, L, H)``
+    (``attention._merge.merge_online``), reading and writing only the rows the part covers.
+
+    The merged LSE and the part's weight ``exp(lse_p − L')`` stay in float32 and the output row is
+    rounded once; one kernel per part where the torch path launches five (on 2 H200s at 1M tokens
+    those took 2.1 of a rank's 12.5 ms forward: docs/perf/distributed.md).
+    """
+    d = out.shape[-1]
+    rows = part.sizes[0] * part.sizes[1] * part.sizes[2]
+    if rows == 0:
+        return
+    vs = list(part.values.stride()[:3])
+    span = d + sum((n - 1) * s for n, s in zip(part.sizes, vs, strict=True))  # the last value read
+    wide = max(out.numel(), span, rows) >= (1 << 31) - 1
+    bd = _block_d(d)
+    br = _block_r(bd)
+    vec = _VEC if d % _VEC == 0 and all(s % _VEC == 0 for s in vs) else 1
+    _merge_into_kernel[(triton.cdiv(rows, br),)](
+        out,
+        lse,
+        part.values,
+        part.lse,
+        rows,
+        part.sizes[1],
+        part.sizes[2],
+        part.offset,
+        *part.strides,
+        *vs,
+        *part.lse.stride()[:3],
+        D=d,
+        BLOCK_R=br,
+        BLOCK_D=bd,
+        WIDE=wide,
+        VEC=vec,
+    )
 
 
 def _block_d(d: int) -> int:

@@ -21,7 +21,7 @@ import torch
 from attention import RingDilatedAttention
 from attention._engine import concurrent_streams
 from attention._lse import merge_stacked
-from attention._merge import merge_online, merge_torch, nested, sum_torch, triton_merge_enabled
+from attention._merge import add_parts, merge_online, merge_torch, nested, sum_torch, triton_merge_enabled
 from attention._part import Part
 from attention._plan import build_pieces, chunk_bounds, fold, split_lengths
 from attention.pattern import dilated_pattern
@@ -188,6 +188,25 @@ def test_merge_online_equals_the_one_pass_merge_in_any_order() -> None:
     assert (out16.float() - want).abs().max() <= 4 * 2**-8 * want.abs().max()
 
 
+def test_add_parts_adds_on_the_parts_rows_only_as_the_accumulating_sum_does() -> None:
+    """The sequence-parallel backward's sum (one call's parts at a time, dilated rows): the same
+    float32 result as ``sum_torch(accumulate=True)``, bit for bit, and rows no part covers keep
+    what they held (NaN stays NaN: they are not even read)."""
+    gen = torch.Generator().manual_seed(4)
+    parts = [  # overlapping: positions 0, 4, 8, ... and 0, 2, 4, ... of 3 heads
+        Part(torch.randn(1, 3, 10, 8, generator=gen).bfloat16(), None, 0, (1, 3, 10), (0, 1, 12)),
+        Part(torch.randn(1, 3, 20, 8, generator=gen).bfloat16(), None, 0, (1, 3, 20), (0, 1, 6)),
+    ]
+    held = torch.randn(1, 40, 3, 8, generator=gen)
+    held[:, 1::2] = math.nan  # odd positions: no part covers them
+    added, summed = held.clone(), held.clone()
+    add_parts(parts, added)
+    sum_torch(parts, summed, accumulate=True)
+    assert torch.equal(added[:, 0::2], summed[:, 0::2])
+    assert torch.isnan(added[:, 1::2]).all()
+    assert not torch.equal(added[:, 0::2], held[:, 0::2])
+
+
 def test_ring_with_chunks_shorter_than_segments_matches_reference() -> None:
     """longnet mode (every head in every branch), 8 chunks of ~12 tokens against segments up to 32."""
     for causal in (False, True):
@@ -312,6 +331,23 @@ merge_torch([part, other], out_p, lse_p)
 torch.testing.assert_close(out_t, out_p, rtol=1e-5, atol=1e-6)
 torch.testing.assert_close(lse_t, lse_p, rtol=1e-5, atol=1e-6)
 assert not mt.supported([Part(store[..., :12], None, 0, (1, 1, 1), (0, 0, 1))], 12)
+# the running merge of one part on its own rows (the distributed forward), overlapping dilated
+# parts in either order, against the torch running merge
+every_4th = torch.randn(1, 3, 10, 16, generator=gen)  # positions 0, 4, 8, ... of 3 heads
+every_2nd = torch.randn(1, 20, 4, 16, generator=gen)[:, :, :3].transpose(1, 2)  # 0, 2, 4, ...; gaps
+dil = [
+    Part(every_4th, 2 * torch.randn(1, 3, 10, generator=gen), 0, (1, 3, 10), (0, 1, 12)),
+    Part(every_2nd, torch.randn(1, 3, 20, generator=gen), 0, (1, 3, 20), (0, 1, 6)),
+]
+for order in (dil, dil[::-1]):
+    out_t, lse_t = torch.zeros(1, 40, 3, 16), torch.full((1, 40, 3), float("-inf"))
+    out_p, lse_p = out_t.clone(), lse_t.clone()
+    for one in order:
+        mt.merge_into(one, out_t, lse_t)
+        merge_mod._merge_one_torch(one, out_p, lse_p)
+    torch.testing.assert_close(out_t, out_p, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(lse_t, lse_p, rtol=1e-6, atol=1e-6)
+    assert out_t[0, 1].abs().sum() == 0 and lse_t[0, 1, 0] == float("-inf")  # a row neither covers
 print("triton merge ok")
 """
 
