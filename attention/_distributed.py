@@ -25,9 +25,9 @@ sequence; everything else must be too, and small.  :mod:`attention._ring_memory`
 rank holds besides them during a forward (the largest piece being merged, and three packed
 buffers: the one attended, the next arriving, the next leaving) and cuts each shard's keys/values
 into the fewest ``lanes`` sub-chunks (a power of two) that keep it within bound; the ring runs
-once per lane.  Pieces are merged
+once per lane.  Kernel calls (at most 1/``CALL_SHARE`` of the shard's rows each) are merged
 into the output one at a time (:func:`attention._merge.merge_online`: the output and a float32
-LSE are the running state), so no piece outlives its merge.  On the causal diagonal the
+LSE are the running state), so no call's output outlives its merge.  On the causal diagonal the
 shard's own sub-chunks meet each other as square causal / unmasked pieces.
 
 Backward: the same lanes and steps again; the receiving rank gets the packed key/value rows once
@@ -375,8 +375,9 @@ def _one_by_one(plan: SegmentPlan, pieces, qc: torch.Tensor, kc):
 def _call_by_call(plan: SegmentPlan, pieces, qc: torch.Tensor, kc):
     """Each kernel call of the pieces: its piece, its keys (``kc``, or its view of
     :class:`PackedKeys`), its index among the visit's calls (its by-products) and among its piece's
-    calls (``which``).  The backward runs them one at a time: one call's gradients and its kernel's
-    workspace alive, with calls bounded by the plan's ``max_call_rows``."""
+    calls (``which``).  Forward and backward run them one at a time, calls bounded by the plan's
+    ``max_call_rows``: one call's output (forward) or gradients and kernel workspace (backward)
+    alive, not a whole piece's (the rate-1 branch's piece is the whole shard)."""
     for piece, keys, calls in _one_by_one(plan, pieces, qc, kc):
         for j in range(calls.stop - calls.start):
             one = PackedKeys(keys.length, keys.views[j : j + 1]) if isinstance(keys, PackedKeys) else keys
@@ -384,10 +385,11 @@ def _call_by_call(plan: SegmentPlan, pieces, qc: torch.Tensor, kc):
 
 
 def _attend(plan: SegmentPlan, pieces, qc: torch.Tensor, kc, vc, out, lse, q0: int, q1: int) -> list:
-    """Every piece's kernel, each merged into the output before the next runs (one piece alive)."""
+    """Every kernel call, each merged into the output before the next runs (one call's output
+    alive; :func:`_call_by_call`)."""
     auxes = []
-    for piece, keys, _ in _one_by_one(plan, pieces, qc, kc):
-        parts, aux = run_pieces_forward(plan, [piece], qc, keys, vc)
+    for piece, keys, _, which in _call_by_call(plan, pieces, qc, kc):
+        parts, aux = run_pieces_forward(plan, [piece], qc, keys, vc, which)
         _merge_rows(parts, out, lse, q0, q1)
         auxes.extend(aux)
         del parts

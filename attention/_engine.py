@@ -257,13 +257,18 @@ def _calls_and_keys(
 
 
 def run_pieces_forward(
-    plan: SegmentPlan, pieces: Sequence[Piece], qc: torch.Tensor, kc, vc: torch.Tensor | None
+    plan: SegmentPlan,
+    pieces: Sequence[Piece],
+    qc: torch.Tensor,
+    kc,
+    vc: torch.Tensor | None,
+    which: slice = slice(None),
 ) -> tuple[list[Part], list]:
-    """Every piece's kernel on views of the contiguous chunks (``kc`` may be :class:`PackedKeys`,
-    ``vc`` then None): the parts to merge, and each call's by-products (sequence metadata, RNG
-    state) for its backward."""
+    """Every piece's kernel (or the calls ``which`` picks) on views of the contiguous chunks
+    (``kc`` may be :class:`PackedKeys`, ``vc`` then None): the parts to merge, and each call's
+    by-products (sequence metadata, RNG state) for its backward."""
     parts, auxes = [], []
-    calls = _calls_and_keys(plan, pieces, qc, kc, vc)
+    calls = _calls_and_keys(plan, pieces, qc, kc, vc, which)
     with spread(qc.device, len(calls)) as on:
         for i, (piece, call, kv, vv) in enumerate(calls):
             qv = _view(qc, call.q_offset, call.sizes, call.q_strides, piece.lq, piece.t_stride)

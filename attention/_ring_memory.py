@@ -38,7 +38,10 @@ def transient_bytes(
     """An upper bound of what a rank holds during a forward with ``lanes`` besides its q, k, v,
     output and LSE, on any rank: the largest piece being merged (its values, its float32 LSE and
     the merge's two float32 row temporaries) plus three of the largest packed key/value buffer
-    (the one attended, the next arriving, the next leaving).
+    (the one attended, the next arriving, the next leaving).  Since the forward merges a piece one
+    kernel call at a time (calls of at most ``1/attention.ring.CALL_SHARE`` of the shard's rows),
+    the piece term over-counts the rate-1 branch up to 4x: the bound holds, loosely; lanes are
+    chosen on it unchanged (one lane at every length of the ``distributed`` profile).
 
     Per branch (segment ``w``, rate ``r``, ``hb`` heads), a piece against key sub-chunk ``c`` covers
     one in ``r`` of the query rows that the segments meeting ``c`` hold, and what shard ``a``
