@@ -62,9 +62,9 @@ DOUBLE_STEP = """
 _planted_once = run_pieces_forward
 
 
-def run_pieces_forward(plan, pieces, q, k, v):
-    _planted_once(plan, pieces, q, k, v)
-    return _planted_once(plan, pieces, q, k, v)
+def run_pieces_forward(plan, pieces, q, k, v, *which):
+    _planted_once(plan, pieces, q, k, v, *which)
+    return _planted_once(plan, pieces, q, k, v, *which)
 """
 
 
