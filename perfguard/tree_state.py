@@ -73,9 +73,10 @@ class TreeState:
         """The paths that were added, removed or changed since the state was recorded, sorted."""
         now = _listed(self.path, ignored=self.ignored, excluded=self.excluded)
         changed = set(now ^ set(self.files))
+        root = os.fspath(self.path)  # joined as strings: a Path per file was most of a comparison's cost
         for name in now & set(self.files):
             before = self.files[name]
-            info = _lstat(self.path / name)
+            info = _lstat(os.path.join(root, name))
             if info is None:
                 changed.add(name)
             elif _stat_key(info) != before.stat:  # written, chmod-ed or replaced: compare the content
@@ -153,9 +154,9 @@ def _listed(root: Path, *, ignored: bool, excluded: frozenset[str]) -> set[str]:
     return {n for n in names if n not in excluded}
 
 
-def _lstat(path: Path) -> os.stat_result | None:
+def _lstat(path: Path | str) -> os.stat_result | None:
     try:
-        return path.lstat()
+        return os.lstat(path)
     except OSError:
         return None
 

@@ -54,3 +54,19 @@ def test_a_round_worker_ends_with_its_code_after_its_exit_handlers() -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     assert proc.returncode == 2, proc.stderr  # main's code for a spec it cannot read
     assert "not a round spec" in proc.stderr and proc.stdout == "handler ran\n"
+
+
+def test_a_check_loads_students_t_from_scipy_special_when_a_test_needs_it() -> None:
+    """Every ``perfguard check`` imports the verdict code; ``scipy.stats`` cost ~0.6 CPU s more than
+    the two functions of ``scipy.special`` its t distribution calls, and those load only when a
+    comparison has a spread to test (exact work counts do not).  The p is Welch's t-test of the log
+    round medians (``scipy.stats.ttest_ind(..., equal_var=False)`` gives 0.0010709692232421615)."""
+    out = _fresh(
+        "import sys, perfguard.compare, perfguard.gate.pipeline, perfguard.report; "
+        "from perfguard.stats.rounds_test import rounds_test; "
+        "loaded = lambda: [m for m in ('scipy.stats', 'scipy.special') if m in sys.modules]; "
+        "print(loaded(), rounds_test([5.0, 5.0], [5.0, 5.0]).p, loaded()); "
+        "t = rounds_test([1.0, 1.1, 0.9], [2.0, 2.2, 1.8]); "
+        "print(loaded(), round(t.p, 6), [round(x, 6) for x in t.interval(0.95)])"
+    )
+    assert out.splitlines() == ["[] 1.0 []", "['scipy.special'] 0.001071 [1.592963, 2.511043]"]

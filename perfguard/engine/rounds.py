@@ -350,8 +350,12 @@ class RoundRunner:
         done = done_before
         total = len(plan.items) if plan is not None else None
         try:
-            while proc.poll() is None:
-                time.sleep(0.2)
+            while True:
+                try:  # returns as soon as the worker exits: a sleep(0.2) here idled ~0.1 s per process
+                    proc.wait(timeout=0.2)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
                 seen, done, total = self._report(output, seen, done, total, label)
                 if deadline is not None and time.monotonic() > deadline:
                     _stop(proc, group=self.profile.distributed)
