@@ -35,18 +35,16 @@ def _index(measurements: Iterable[Measurement], side: str) -> dict[tuple[str, st
 
 
 def _is_suspect(item: Item, config: Config) -> bool:
-    """A gated timing that moved by more than ``suspect_fraction`` of its threshold, either way, or
-    a reported (never gated, not derived) timing that claims a change: a regression and an
-    improvement are claimed by the same rule, after an interleaved re-measurement, whether the
-    item can fail or not (issue 30: improvements were never re-measured; a reported communication
-    time read "improvement x0.31" in an A/A check on 4 H200s, its two sessions' rounds each
-    agreeing with themselves)."""
-    if item.metric in DETERMINISTIC_METRICS or item.ratio is None or item.ratio <= 0:
-        return False
-    if not item.gated:
-        claims = item.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT)
-        return claims and derived_source(item.benchmark) is None
-    if item.verdict not in (Verdict.REGRESSION, Verdict.IMPROVEMENT, Verdict.UNSTABLE, Verdict.UNCHANGED):
+    """A gated timing that moved by more than ``suspect_fraction`` of its threshold, either way: a
+    regression and an improvement are claimed by the same rule, after an interleaved re-measurement
+    (issue 30: improvements were never re-measured)."""
+    if not (
+        item.gated
+        and item.metric not in DETERMINISTIC_METRICS
+        and item.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT, Verdict.UNSTABLE, Verdict.UNCHANGED)
+        and item.ratio is not None
+        and item.ratio > 0
+    ):
         return False
     bound = 1.0 + config.suspect_fraction * item.threshold
     return item.ratio > bound or item.ratio < 1.0 / bound
@@ -222,8 +220,7 @@ def apply_retry(
 
 
 def undecided(result: SuiteComparison) -> tuple[Item, ...]:
-    """The re-measured gated suspects still ``unstable``: what more interleaved rounds can decide
-    (a reported one is re-measured once: it cannot fail the check, so it is not worth more rounds).
+    """The re-measured suspects still ``unstable``: what more interleaved rounds can decide.
 
     The pipeline extends their re-measurement by ``config.retry.rounds`` rounds a side, up to
     ``config.retry.max_rounds``, and calls :func:`apply_retry` again on every re-measured round
@@ -231,5 +228,5 @@ def undecided(result: SuiteComparison) -> tuple[Item, ...]:
     """
     return tuple(
         i for i in result.items if i.retried and i.first is not None and i.verdict is Verdict.UNSTABLE
-        and i.metric not in DETERMINISTIC_METRICS and _source_key(i) is None and i.gated
+        and i.metric not in DETERMINISTIC_METRICS and _source_key(i) is None
     )  # fmt: skip
