@@ -27,7 +27,7 @@ import contextlib
 import math
 import os
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -137,28 +137,28 @@ def chunk(x: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
     return part if part.is_contiguous() else part.contiguous()
 
 
+def _into_rows(dest: torch.Tensor, lo: int, hi: int, add: Callable[[torch.Tensor], None]) -> None:
+    """``add`` on the rows [lo, hi) of ``dest`` as a contiguous tensor (a view when batch is 1;
+    with batch > 1 and several chunks a copy, written back)."""
+    view = dest[:, lo:hi]
+    if view.is_contiguous():
+        add(view)
+    else:
+        tmp = view.contiguous()
+        add(tmp)
+        view.copy_(tmp)
+
+
 def add_into_rows(parts: list[Part], dest: torch.Tensor, lo: int, hi: int) -> None:
     """Add the parts (geometry relative to positions [lo, hi)) into those rows of ``dest``,
     touching only the rows they cover (:func:`attention._merge.add_parts`: sparse parts, one at a
     time)."""
-    view = dest[:, lo:hi]
-    if view.is_contiguous():
-        add_parts(parts, view)
-    else:  # batch > 1 with several chunks: add into a copy, write back
-        tmp = view.contiguous()
-        add_parts(parts, tmp)
-        view.copy_(tmp)
+    _into_rows(dest, lo, hi, lambda rows: add_parts(parts, rows))
 
 
 def sum_into_rows(parts: list[Part], dest: torch.Tensor, lo: int, hi: int) -> None:
     """Add the parts (geometry relative to positions [lo, hi)) into those rows of ``dest``."""
-    view = dest[:, lo:hi]
-    if view.is_contiguous():
-        sum_parts(parts, view, accumulate=True)
-    else:  # batch > 1 with several chunks: sum into a copy, write back
-        tmp = view.contiguous()
-        sum_parts(parts, tmp, accumulate=True)
-        view.copy_(tmp)
+    _into_rows(dest, lo, hi, lambda rows: sum_parts(parts, rows, accumulate=True))
 
 
 # --------------------------------------------------------------------------------------------
