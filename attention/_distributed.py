@@ -33,8 +33,8 @@ shard's own sub-chunks meet each other as square causal / unmasked pieces.
 Backward: the same lanes and steps again; the receiving rank gets the packed key/value rows once
 more, runs each piece's kernel backward with the merged output and LSE (exact, as on one device),
 and sends the pieces' dk/dv (float32, packed the same way) straight back to the owner, which
-adds them into its float32 dk/dv (:func:`attention._merge.add_parts`: only the rows each part
-covers, in the rows' own geometry).
+adds them into its float32 dk/dv (:class:`attention._row_sums.RowSums`: only the rows each part
+covers, in the rows' own geometry; a part that is the first to reach its rows is copied into them).
 Dropout in training is not supported across ranks (``NotImplementedError``).
 
 Shards may have different lengths (the sequence need not divide by the world size): lengths are
@@ -54,7 +54,6 @@ import torch.distributed as dist
 from attention._engine import (
     PackedKeys,
     SegmentPlan,
-    add_into_rows,
     chunk,
     key_part,
     key_view,
@@ -66,6 +65,7 @@ from attention._lse import compute_dtype
 from attention._merge import merge_online
 from attention._part import Part
 from attention._plan import Call, Piece, chunk_bounds, chunks_connected, split_lengths
+from attention._row_sums import RowSums
 
 #: The shapes the last eager call of each (group, local shape, device) gathered: what a call under
 #: CUDA-graph capture uses (a graph replays fixed shapes; the all-gather's read-back to the host
@@ -299,7 +299,7 @@ class _Ring:
         reqs = self._exchange(send, sched.holder(st.step), recv, sched.target(st.step))
         return _Pending(reqs, send, recv)
 
-    def add_grads(self, j: int, recv: torch.Tensor | None, dk: torch.Tensor, dv: torch.Tensor) -> None:
+    def add_grads(self, j: int, recv: torch.Tensor | None, dk: RowSums, dv: RowSums) -> None:
         """Sum the dk/dv received for step ``j`` into this rank's rows of ``dk``, ``dv``."""
         if recv is None:
             return
@@ -311,7 +311,7 @@ class _Ring:
                 key_part(blocks[i], call, piece)
                 for (piece, call), blocks in zip(st.send_calls, views, strict=True)
             ]
-            add_into_rows(parts, dest, lo, hi)
+            dest.add(parts, lo, hi)
 
 
 @dataclass
@@ -431,7 +431,7 @@ class DistributedRingFunction(torch.autograd.Function):
         plan, group, sched = ctx.plan, ctx.group, ctx.sched
         cd = compute_dtype(q.dtype)
         dout = dout.contiguous()
-        dq, dk, dv = (torch.zeros(x.shape, dtype=cd, device=q.device) for x in (q, k, v))
+        dq, dk, dv = (RowSums(x.shape, cd, q.device) for x in (q, k, v))
         ring = _Ring(plan, sched, group, q)
         ahead = ring.send_keys(0, k, v) if ring.steps else None
         home: tuple[int, _Pending] | None = None  # the last step's gradients on their way back
@@ -450,10 +450,10 @@ class DistributedRingFunction(torch.autograd.Function):
                     dq_p, dk_p, dv_p = run_pieces_backward(
                         plan, [piece], rows[0], keys, vv, rows[1], rows[2], rows[3], auxes[i : i + 1], which
                     )
-                    add_into_rows(dq_p, dq, q0, q1)
+                    dq.add(dq_p, q0, q1)
                     if step == 0:
-                        add_into_rows(dk_p, dk, k0, k1)
-                        add_into_rows(dv_p, dv, k0, k1)
+                        dk.add(dk_p, k0, k1)
+                        dv.add(dv_p, k0, k1)
                     else:  # sent home in one message after the step
                         dk_all.extend(dk_p)
                         dv_all.extend(dv_p)
@@ -465,10 +465,10 @@ class DistributedRingFunction(torch.autograd.Function):
                 home = (j, sent)
                 j += 1
             del kk, vv
-        dq_out = dq.to(q.dtype)  # complete here: one float32 sum converted and freed at a time,
+        dq_out = dq.result().to(q.dtype)  # complete here: one float32 sum converted and freed at a time,
         del dq  # not the three sums and their three conversions alive together (2 shards less)
         if home is not None:
             ring.add_grads(home[0], home[1].wait(), dk, dv)
-        dk_out = dk.to(k.dtype)
+        dk_out = dk.result().to(k.dtype)
         del dk
-        return dq_out, dk_out, dv.to(v.dtype), None, None, None
+        return dq_out, dk_out, dv.result().to(v.dtype), None, None, None

@@ -27,14 +27,14 @@ import contextlib
 import math
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from attention._kernel_selection import KernelSet
 from attention._lse import attention_with_lse, compute_dtype
-from attention._merge import add_parts, merge_parts, sum_parts
+from attention._merge import merge_parts, sum_parts
 from attention._part import Part
 from attention._plan import Call, Piece, build_pieces, fold, split_call
 
@@ -137,28 +137,14 @@ def chunk(x: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
     return part if part.is_contiguous() else part.contiguous()
 
 
-def _into_rows(dest: torch.Tensor, lo: int, hi: int, add: Callable[[torch.Tensor], None]) -> None:
-    """``add`` on the rows [lo, hi) of ``dest`` as a contiguous tensor (a view when batch is 1;
-    with batch > 1 and several chunks a copy, written back)."""
-    view = dest[:, lo:hi]
-    if view.is_contiguous():
-        add(view)
-    else:
-        tmp = view.contiguous()
-        add(tmp)
-        view.copy_(tmp)
-
-
-def add_into_rows(parts: list[Part], dest: torch.Tensor, lo: int, hi: int) -> None:
-    """Add the parts (geometry relative to positions [lo, hi)) into those rows of ``dest``,
-    touching only the rows they cover (:func:`attention._merge.add_parts`: sparse parts, one at a
-    time)."""
-    _into_rows(dest, lo, hi, lambda rows: add_parts(parts, rows))
-
-
 def sum_into_rows(parts: list[Part], dest: torch.Tensor, lo: int, hi: int) -> None:
-    """Add the parts (geometry relative to positions [lo, hi)) into those rows of ``dest``."""
-    _into_rows(dest, lo, hi, lambda rows: sum_parts(parts, rows, accumulate=True))
+    """Add the parts (geometry relative to positions [lo, hi)) into those rows of ``dest`` (a view
+    when batch is 1; with batch > 1 and several chunks a copy, written back)."""
+    view = dest[:, lo:hi]
+    rows = view if view.is_contiguous() else view.contiguous()
+    sum_parts(parts, rows, accumulate=True)
+    if rows is not view:
+        view.copy_(rows)
 
 
 # --------------------------------------------------------------------------------------------

@@ -186,25 +186,6 @@ def sum_parts(parts: list[Part], dest: torch.Tensor, *, accumulate: bool = False
     sum_torch(parts, dest, accumulate=accumulate)
 
 
-def add_parts(parts: list[Part], dest: torch.Tensor) -> None:
-    """``dest += Σ parts`` on the parts' own rows only: one strided in-place add per part, in
-    ``dest``'s dtype (float32 sums for a float32 ``dest``, rounded once per part; one part at a
-    time, so parts may overlap).
-
-    Why not :func:`sum_parts` with ``accumulate``: the Triton kernels read and write every row of
-    ``dest`` (they map each destination row to the parts covering it), the right cost when the
-    parts cover the rows densely; a dilated branch's part covers one row in ``r``, and the
-    sequence-parallel backward adds one kernel call's part at a time.  On 2 H200s at 1M tokens
-    those whole-window sums took 21.6 of a rank's 64 ms forward+backward
-    (docs/perf/distributed.md, "Where the backward's time went").  With one part per call the
-    result is the same float32 ``dest + part`` as the kernels' (no other order of additions).
-    """
-    _check_dest(dest)
-    d = dest.shape[-1]
-    for p in parts:
-        _dest_view(dest, p, d).add_(p.values)
-
-
 def sum_torch(parts: list[Part], dest: torch.Tensor, *, accumulate: bool = False) -> None:
     d = dest.shape[-1]
     cd = torch.float64 if dest.dtype == torch.float64 else torch.float32

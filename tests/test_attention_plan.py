@@ -21,9 +21,10 @@ import torch
 from attention import RingDilatedAttention
 from attention._engine import concurrent_streams
 from attention._lse import merge_stacked
-from attention._merge import add_parts, merge_online, merge_torch, nested, sum_torch, triton_merge_enabled
+from attention._merge import merge_online, merge_torch, nested, sum_torch, triton_merge_enabled
 from attention._part import Part
 from attention._plan import build_pieces, chunk_bounds, fold, split_lengths
+from attention._row_sums import RowSums
 from attention.pattern import dilated_pattern
 from tests.test_attention_numerics import check_against_reference
 
@@ -188,23 +189,39 @@ def test_merge_online_equals_the_one_pass_merge_in_any_order() -> None:
     assert (out16.float() - want).abs().max() <= 4 * 2**-8 * want.abs().max()
 
 
-def test_add_parts_adds_on_the_parts_rows_only_as_the_accumulating_sum_does() -> None:
-    """The sequence-parallel backward's sum (one call's parts at a time, dilated rows): the same
-    float32 result as ``sum_torch(accumulate=True)``, bit for bit, and rows no part covers keep
-    what they held (NaN stays NaN: they are not even read)."""
+def test_row_sums_equal_zeroing_then_adding_every_part_bit_for_bit() -> None:
+    """The sequence-parallel backward's float32 sums (one call's parts at a time, in any order:
+    dense first, sparse first, overlapping, over sub-ranges of positions): bit for bit the zeroed
+    tensor plus every part, rows no part reaches zero, and dense parts on fresh rows copied."""
     gen = torch.Generator().manual_seed(4)
-    parts = [  # overlapping: positions 0, 4, 8, ... and 0, 2, 4, ... of 3 heads
-        Part(torch.randn(1, 3, 10, 8, generator=gen).bfloat16(), None, 0, (1, 3, 10), (0, 1, 12)),
-        Part(torch.randn(1, 3, 20, 8, generator=gen).bfloat16(), None, 0, (1, 3, 20), (0, 1, 6)),
-    ]
-    held = torch.randn(1, 40, 3, 8, generator=gen)
-    held[:, 1::2] = math.nan  # odd positions: no part covers them
-    added, summed = held.clone(), held.clone()
-    add_parts(parts, added)
-    sum_torch(parts, summed, accumulate=True)
-    assert torch.equal(added[:, 0::2], summed[:, 0::2])
-    assert torch.isnan(added[:, 1::2]).all()
-    assert not torch.equal(added[:, 0::2], held[:, 0::2])
+    h, d, n = 3, 8, 40
+
+    def part(lo: int, hi: int, step: int, start: int = 0) -> tuple[Part, int, int]:
+        length = len(range(start, hi - lo, step))
+        values = torch.randn(1, h, length, d, generator=gen).bfloat16()
+        return Part(values, None, start * h, (1, h, length), (0, 1, step * h)), lo, hi
+
+    cases = {
+        "dense first": [part(0, 20, 1), part(0, 40, 2), part(20, 40, 1), part(0, 40, 4, 1)],
+        "sparse first": [part(0, 40, 4), part(0, 20, 1), part(8, 16, 1), part(10, 30, 1)],
+        "gaps stay zero": [part(0, 12, 1), part(16, 40, 3), part(30, 34, 1)],
+    }
+    for name, calls in cases.items():
+        sums = RowSums((1, n, h, d), torch.float32, torch.device("cpu"))
+        sums.values.fill_(math.nan)  # what torch.empty may hold: every row must be written or zeroed
+        want = torch.zeros(1, n, h, d)
+        for p, lo, hi in calls:
+            sums.add([p], lo, hi)
+            sum_torch([p], want[:, lo:hi], accumulate=True)
+        assert torch.equal(sums.result(), want), name
+    # batch 2: the rows of [lo, hi) are not contiguous; the plain sum, same numbers
+    sums, want = RowSums((2, n, h, d), torch.float32, torch.device("cpu")), torch.zeros(2, n, h, d)
+    values = torch.randn(2, h, 10, d, generator=gen)
+    two = Part(values, None, 0, (2, h, 10), (20 * h, 1, 2 * h))  # every other position of [10, 30)
+    sums.add([two], 10, 30)
+    sum_torch([two], view := want[:, 10:30].contiguous(), accumulate=True)
+    want[:, 10:30] = view
+    assert torch.equal(sums.result(), want)
 
 
 def test_ring_with_chunks_shorter_than_segments_matches_reference() -> None:
