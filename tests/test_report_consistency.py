@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FWD = "bench_attention.Forward.track_time"
 TOKENS = "bench_attention.Throughput.track_tokens_per_second"
 TFLOPS = "bench_attention.Throughput.track_tflops"
+MEMORY = "bench_attention.PeakMemory.track_forward"
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 #: The implementation whose timings are reported only (``gate = false``).
 LOOSE = "loose"
@@ -76,10 +77,14 @@ def every_verdict() -> list[CheckItemRecord]:
         "faster": (0.5, 0.02),  # improvement
         "noisy": (1.25, 0.35),  # unstable
         "same": (1.0, 0.02),  # unchanged
-        LOOSE: (0.55, 0.02),  # improvement, not gated
+        LOOSE: (0.55, 0.02),  # reported timing: stage 1 sees x0.55, never re-measured, so unstable
     }
     base = _side({impl: (1.0, call) for impl, (_, call) in head_factors.items()}, seed=1)
     head = _side(head_factors, seed=2)
+    memory = {"metric": "memory", "direction": "lower", "gated": False, "unit": "bytes"}
+    params = {"impl": LOOSE, "seq_len": 512, "dtype": "float32"}
+    base.append(Measurement(MEMORY, params, rounds=[[2.0e9]], **memory))
+    head.append(Measurement(MEMORY, params, rounds=[[1.0e9]], **memory))  # exact: improvement, not gated
     base += _timing("gone", 1.0, seed=3)  # missing
     head += _timing("added", 1.0, seed=3)  # new
     params = {"impl": "crashy", "seq_len": 512, "dtype": "float32"}
@@ -201,7 +206,12 @@ def test_the_check_has_every_verdict_and_role(rendered: dict[str, object]) -> No
     assert {i.verdict for i in items} == {str(v) for v in Verdict}
     roles = Counter((_role(i), i.verdict) for i in items)
     assert roles[("gated", "improvement")] == 2 and roles[("reported", "improvement")] == 1
-    assert roles[("derived", "improvement")] == 6 and roles[("gated", "unstable")] == 1
+    assert roles[("derived", "improvement")] == 4 and roles[("gated", "unstable")] == 1
+    # a reported timing that stage 1 saw move is not claimed (never re-measured): its derived rows follow
+    loose = {i.benchmark: i for i in items if i.impl == LOOSE}
+    assert loose[FWD].verdict == "unstable" and "never re-measured" in loose[FWD].reason
+    assert loose[TOKENS].verdict == loose[TFLOPS].verdict == "unstable"
+    assert loose[MEMORY].verdict == "improvement"  # exact numbers keep their claim
 
 
 def test_every_rendering_counts_the_same_items_with_the_same_words(rendered: dict[str, object]) -> None:
@@ -210,7 +220,7 @@ def test_every_rendering_counts_the_same_items_with_the_same_words(rendered: dic
     roles = Counter((_role(i), i.verdict) for i in items)
     gated_improvements, loose = roles[("gated", "improvement")], roles[("reported", "improvement")]
     improvements = f"{gated_improvements} improvements (+ {loose} not gated)"
-    unstable = f"{roles[('gated', 'unstable')]} unstable"
+    unstable = f"{roles[('gated', 'unstable')]} unstable (+ {roles[('reported', 'unstable')]} not gated)"
     total = f"{len(items)} items: gated "
 
     # JSON: the counts of the stored items, by role

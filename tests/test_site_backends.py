@@ -102,14 +102,17 @@ def _rounds(events: list[dict]) -> list[list]:
 
 
 def test_a_check_never_gates_the_kernel_comparison(tmp_path: Path) -> None:
-    """Head three times slower on one kernel and failing on another: reported, and the check passes."""
+    """Head three times slower on one kernel and failing on another: reported, and the check passes.
+    The slowdown is not claimed (a reported timing is never re-measured: issue 30), its ratio is."""
     assert not kind_of("bench_attention.Backends.track_time", "seconds").gated
     base = _rounds([_event("math"), _event("cpu_flash")])
     head = _rounds([_event("math", factor=3.0, seed=1), _event("cpu_flash", status="failed")])
     assert {r.gated for results in base + head for r in results} == {False}
     result = compare_suite(measurements_from_rounds(base), measurements_from_rounds(head), Config())
     verdicts = {i.params["backend"]: i.verdict for i in result.items}
-    assert verdicts == {"math": "regression", "cpu_flash": "failed"}
+    assert verdicts == {"math": "unstable", "cpu_flash": "failed"}
+    math_item = next(i for i in result.items if i.params["backend"] == "math")
+    assert math_item.ratio > 2.5 and "never re-measured" in math_item.reason
     assert result.exit_code == 0 and not result.suspects and not any(i.fails for i in result.items)
     # A failed baseline round of it is not re-measured to fail the check closed (perfguard.gate).
     assert not gates(Config(), next(r for r in head[0] if r.status == "failed"))
