@@ -20,32 +20,33 @@ def main(db: str, out: Path) -> None:
         "select r.run_id, r.benchmark, r.impl, r.params_key, r.value, d.info from results r "
         "join result_data d on d.result_id = r.id where r.benchmark like '%Accuracy.%' and r.status = 'ok'"
     ).fetchall()
-    cost: dict[tuple[str, str], float] = {}  # both modes
-    causal_cost: dict[tuple[str, str], float] = {}
+    # per stored round: each case's accuracy pass, non-causal and causal (one pass per case and mode;
+    # its seconds are stored on every tensor's error, read here from the output error's)
+    costs: dict[int, dict[tuple[str, str, bool], float]] = defaultdict(dict)
     values: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     main_runs = sorted({r[0] for r in rows})[:2]  # the two rounds of main (the check's come later)
-    first_run = main_runs[0] if main_runs else None
     for run_id, benchmark, impl, key, value, info in rows:
-        if run_id not in main_runs:
-            continue
-        values[(benchmark.rsplit(".", 1)[-1], impl, key)].append(value)
-        if run_id == first_run and benchmark.endswith(("track_output_error", "track_output_error_causal")):
-            # one accuracy pass per case and mode: its seconds are stored on every tensor's error
-            part = json.loads(info).get("accuracy_s", 0.0)
-            cost[(impl, key)] = cost.get((impl, key), 0.0) + part
-            if "causal" in benchmark:
-                causal_cost[(impl, key)] = part
+        if benchmark.endswith(("track_output_error", "track_output_error_causal")):
+            costs[run_id][(impl, key, "causal" in benchmark)] = json.loads(info).get("accuracy_s", 0.0)
+        if run_id in main_runs:
+            values[(benchmark.rsplit(".", 1)[-1], impl, key)].append(value)
     log = (out / "round.log").read_text(errors="replace") if (out / "round.log").exists() else ""
-    wall = [float(m) for m in re.findall(r"round 1/1 done in (\d+(?:\.\d+)?) s", log)]
-    total, causal = sum(cost.values()), sum(causal_cost.values())
-    wall = wall or [float(w) for w in sys.argv[3:4]]  # given when OUT_DIR has no round.log
-    print(
-        f"accuracy pass (non-causal + causal): {total:.1f} s ({total - causal:.1f} + {causal:.1f})"
-        f" over {len(cost)} cases"
-        + (f" in a full round of {wall[0]:.0f} s ({100 * total / wall[0]:.1f}%)" if wall else "")
-    )
-    for (impl, key), s in sorted(cost.items(), key=lambda kv: -kv[1])[:5]:
-        print(f"  slowest: {impl} {key}: {s:.2f} s")
+    walls = [float(m) for m in re.findall(r"round 1/1 done in (\d+(?:\.\d+)?) s", log)]
+    walls = walls or [float(w) for w in sys.argv[3:]]  # given when OUT_DIR has no round.log
+    for n, run_id in enumerate(sorted(costs)):
+        cost = costs[run_id]
+        causal = sum(v for (_, _, c), v in cost.items() if c)
+        total = sum(cost.values())
+        wall = walls[n] if n < len(walls) else None
+        cases = len({(i, k) for i, k, _ in cost})
+        print(
+            f"round {n + 1}: accuracy pass {total:.1f} s"
+            f" (non-causal {total - causal:.1f} + causal {causal:.1f})"
+            f" over {cases} cases"
+            + (f" in a full round of {wall:.0f} s ({100 * total / wall:.1f}%)" if wall else "")
+        )
+        for (impl, key, c), v in sorted(cost.items(), key=lambda kv: -kv[1])[:5]:
+            print(f"  slowest: {impl} {key}{' causal' if c else ''}: {v:.2f} s")
     spreads = [(max(v) / min(v), k) for k, v in values.items() if len(v) > 1 and min(v) > 0]
     if spreads:
         worst = max(spreads)
