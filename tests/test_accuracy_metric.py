@@ -209,3 +209,58 @@ def test_every_accuracy_benchmark_has_the_same_name_in_verdict_reasons_and_repor
             assert describe(f"{suite}.{name}", "error") == metric_label(f"{suite}.{name}")
         assert metric_label(name).endswith("error") and "track" not in metric_label(name)
     assert describe("Accuracy.track_output_error_causal", "error") == "causal output error"
+
+
+def test_implementations_of_one_function_share_one_reference_and_get_the_same_errors() -> None:
+    """dilated and improved declare the same pattern on the same inputs: the second one's accuracy
+    pass reuses the first one's float64 reference (perfguard.engine.reference_cache), and its errors
+    are bit for bit those of a recomputed reference; block_sparse_ring's pattern, a causal pattern,
+    another length and a multihead module with other weights each get their own."""
+    from perfguard.engine import reference_cache
+
+    quick = profiles.PROFILES["quick"]
+    dilated, improved = (cases.build(i, 512, "float32", "cpu", quick) for i in ("dilated", "improved"))
+    cache = reference_cache.REFERENCES
+    cache.clear()
+    hits = cache.hits
+    accuracy.measure(dilated)
+    shared = accuracy.measure(improved)
+    assert cache.hits == hits + 1
+    cache.clear()
+    recomputed = accuracy.measure(improved)
+    assert (
+        cache.hits == hits + 1
+        and shared.relative == recomputed.relative
+        and shared.max_abs == recomputed.max_abs
+    )
+    for other in (
+        (cases.build("block_sparse_ring", 512, "float32", "cpu", quick), {}),
+        (improved, {"causal": True}),
+        (cases.build("improved", 1024, "float32", "cpu", quick), {}),
+    ):
+        accuracy.measure(other[0], **other[1])
+        assert cache.hits == hits + 1, other
+    multihead = cases.build("multihead_improved", 512, "float32", "cpu", quick)
+    accuracy.measure(multihead)
+    with torch.no_grad():
+        multihead.module.out_proj.weight.mul_(1.5)  # other weights, other function: not the stored one
+    changed = accuracy.measure(multihead)
+    cache.clear()
+    assert cache.hits == hits + 1 and changed.relative == accuracy.measure(multihead).relative
+
+
+def test_the_pattern_fingerprint_tells_patterns_apart_that_a_linear_sum_would_not() -> None:
+    """Two patterns that differ by a count moved d positions on, twice in opposite directions, have
+    equal position-weighted sums; their fingerprints differ, equal patterns' are equal."""
+    from perfguard.engine.reference_cache import fingerprint
+
+    base = torch.zeros(2, 64, 64, dtype=torch.int32)
+    base[:, torch.arange(64), torch.arange(64)] = 1
+    moved = base.clone()
+    moved[1].view(-1)[[10, 11, 500, 501]] += torch.tensor([-1, 1, 1, -1], dtype=torch.int32)
+    weights = torch.arange(64 * 64)
+    assert int((base[1].reshape(-1) * weights).sum()) == int((moved[1].reshape(-1) * weights).sum())
+    assert fingerprint(base)[0] == fingerprint(moved)[0] and fingerprint(base)[1] != fingerprint(moved)[1]
+    assert fingerprint(base) == fingerprint(base.clone()) and fingerprint(base.float()) != fingerprint(
+        moved.float()
+    )

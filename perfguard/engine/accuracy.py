@@ -27,7 +27,9 @@ output projection (the multihead contract) run through autograd in float64 aroun
 causal reference is the same computation on the declared *causal* pattern
 (``attention_pattern(..., is_causal=True)``): how causality applies to a dilated pattern (inside
 each segment's kept positions) is the implementation's declared semantics, exactly what ``verify``
-checks a causal call against; there is no second, causal reference.
+checks a causal call against; there is no second, causal reference.  Implementations that compute
+the same function on the same inputs share one reference per process
+(:mod:`perfguard.engine.reference_cache`: equal pattern, inputs and module, bit-identical values).
 
 The distributed suite measures the same errors of the whole sequence spread over its ranks
 (``group``): each rank computes its rows of the reference from every rank's keys and values
@@ -41,6 +43,7 @@ bit-deterministic moves the error by far less than the 2x a check gates on
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import time
@@ -53,6 +56,7 @@ import torch.nn.functional as F
 
 from perfguard.engine import cases, guarded
 from perfguard.engine.dilation import MODES, function_counts
+from perfguard.engine.reference_cache import REFERENCES, seeded_grad_out
 from perfguard.engine.sequence_group import SequenceGroup
 from perfguard.engine.suite import ACCURACY_TENSORS
 
@@ -112,16 +116,15 @@ def measure(case: cases.Case, *, causal: bool = False, group: SequenceGroup | No
     counts = _pattern(case, causal, group.seq_len)
     density = float(counts.count_nonzero().item()) / counts.numel()
     rows = counts[:, group.start : group.end]
-    ref_leaves = tuple(t.detach().to(torch.float64).requires_grad_(True) for t in case.inputs)
-    with torch.enable_grad():
-        ref = reference(case.module, case.multihead, ref_leaves, rows, gather=group.gather)
-        ref_grads = torch.autograd.grad(ref, ref_leaves, grad_out.to(torch.float64))
-    del counts, rows
-    got = [
-        out,
-        *(g if g is not None else torch.zeros_like(rg) for g, rg in zip(grads, ref_grads, strict=True)),
-    ]
-    want = [ref.detach(), *ref_grads]
+
+    compute = functools.partial(_computed, case, rows, grad_out, group)
+    if sharded:  # every rank's rows of the whole sequence: computed with the other ranks, every time
+        want = list(compute())
+    else:  # equal reference inputs (pattern, inputs, module), one computation per process
+        module_inputs = (case.module, case.multihead, case.inputs)
+        want = list(REFERENCES.values(counts, *module_inputs, GRAD_OUT_SEED, compute))
+    del counts, rows, compute
+    got = [out, *(g if g is not None else torch.zeros_like(w) for g, w in zip(grads, want[1:], strict=True))]
     norms = [_norms(x, r) for x, r in zip(got, want, strict=True)]
     diff, size, bad = (
         [n[0] for n in norms],
@@ -155,12 +158,22 @@ def measure(case: cases.Case, *, causal: bool = False, group: SequenceGroup | No
 MAX_SHARDED_LEN = cases.CPU_MAX_SEQ_LEN
 
 
+def _computed(
+    case: cases.Case, rows: torch.Tensor, grad_out: torch.Tensor, group: SequenceGroup
+) -> tuple[torch.Tensor, ...]:
+    """The float64 reference's output and input gradients of ``case`` on the pattern ``rows``."""
+    ref_leaves = tuple(t.detach().to(torch.float64).requires_grad_(True) for t in case.inputs)
+    with torch.enable_grad():
+        ref = reference(case.module, case.multihead, ref_leaves, rows, gather=group.gather)
+        ref_grads = torch.autograd.grad(ref, ref_leaves, grad_out.to(torch.float64))
+    return (ref.detach(), *ref_grads)
+
+
 def _grad_out(like: torch.Tensor, device: str, group: SequenceGroup | None) -> torch.Tensor:
     """The output gradient: seeded like ``cases.Case.forward_backward``'s; in a group, this rank's
     rows of one drawn for the whole sequence (the same at every number of ranks)."""
     if group is None:
-        gen = torch.Generator(device="cpu").manual_seed(GRAD_OUT_SEED)
-        return torch.randn(like.shape, generator=gen).to(device, dtype=like.dtype)
+        return seeded_grad_out(tuple(like.shape), like.dtype, device, GRAD_OUT_SEED)
     [made] = group.randn(
         like.shape[0], tuple(like.shape[2:]), 1, seed=GRAD_OUT_SEED, device=device, dtype=like.dtype
     )
@@ -325,9 +338,13 @@ class _HeadwiseAttention(torch.autograd.Function):
 def _probs(q: torch.Tensor, k: torch.Tensor, counts: torch.Tensor, scale: float) -> torch.Tensor:
     """One head's ``(n, n)`` float64 probabilities (see :class:`_HeadwiseAttention`)."""
     logits = (q @ k.T).mul_(scale)
-    has_keys = (counts > 0).any(dim=-1, keepdim=True)
-    logits.add_(torch.log(counts.to(torch.float64)).masked_fill_(~has_keys, 0.0))
-    return torch.softmax(logits, dim=-1).mul_(has_keys)
+    logits.add_(counts.to(torch.float64).log_())  # log 0 = -inf: the key is hidden
+    probs = torch.softmax(logits, dim=-1)
+    del logits
+    has_keys = counts.amax(dim=-1) > 0  # a row whose keys are all hidden reads NaN above: 0 instead
+    if not bool(has_keys.all()):
+        probs[~has_keys] = 0.0
+    return probs
 
 
 def relative_error(x: torch.Tensor, ref: torch.Tensor, floor: float = 0.0) -> float:
