@@ -7,8 +7,9 @@ files for good (34,282 files, 667 MB on the CI machine: docs/perf/test_suite_tim
 
 - every round of a side imports the same files, compiled once (same ``.pyc``, same inode and
   mtime in the second round), as checked-hash bytecode;
-- nothing is left under the mirror of an invocation's scratch directory once it ends, and what a
-  killed one left is removed by the next;
+- nothing is left under the mirror of an invocation's scratch directory once it ends, and the
+  bytecode of any directory that is gone (a killed invocation's scratch directory, a removed clone)
+  is removed by the next;
 - a trusted run writes only the trusted cache, an untrusted check only the untrusted one, and the
   two sides of a check never share a ``.pyc``;
 - a same-size edit that keeps the file's mtime (a timestamp ``.pyc`` would pass for it) is measured
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -91,57 +91,55 @@ def test_rounds_reuse_one_checked_bytecode_per_side_and_leave_none_behind(repo: 
     caches = tmp_path / "caches"
     spy = tmp_path / "spy.jsonl"
     env = {"PERFGUARD_CACHE_DIR": str(caches), SPY_ENV: str(spy)}
-    # what a killed invocation left: the bytecode of a scratch directory that is gone, and of a live one
+    # left by a killed invocation (its scratch directory is gone) and by a removed clone; one in use
     tmp = tempfile.gettempdir().lstrip(os.sep)
-    gone = caches / "untrusted" / "pycache" / tmp / "perfguard-killed0" / "import-shim-x" / "asv_benchmarks"
-    gone.mkdir(parents=True)
-    (gone / "bench_attention.cpython-311.pyc").write_bytes(b"left behind")
-    live = Path(tempfile.mkdtemp(prefix="perfguard-bytecode-test-"))
-    try:
-        kept = caches / "untrusted" / "pycache" / str(live).lstrip(os.sep) / "x.cpython-311.pyc"
-        kept.parent.mkdir(parents=True)
-        kept.write_bytes(b"in use")
+    killed = caches / "untrusted" / "pycache" / tmp / "perfguard-killed0" / "import-shim-x" / "asv_benchmarks"
+    removed = caches / "trusted" / "pycache" / str(tmp_path / "removed-clone").lstrip(os.sep) / "attention"
+    kept = caches / "untrusted" / "pycache" / str(repo).lstrip(os.sep) / "not-a-module.cpython-311.pyc"
+    for left in (killed, removed):
+        left.mkdir(parents=True)
+        (left / "x.cpython-311.pyc").write_bytes(b"left behind")
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"its directory exists")
+    # a trusted run on main: two rounds of one side
+    history = f"sqlite:///{tmp_path / 'h.db'}"
+    result = perfguard(repo, "run", "--bench", WORK_BENCH, "--rounds", "2", db=history, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    first, second = spied(spy)
+    assert first["prefix"] == second["prefix"] == str(caches / "trusted" / "pycache")
+    assert {m.split(".")[0] for m in first["modules"]} == {"attention", "asv_benchmarks"}
+    assert second["modules"] == first["modules"]  # the same files, not written again
+    assert {flags for *_, flags in first["modules"].values()} == {CHECKED_HASH}
+    assert scratch_mirrors(caches) == []
+    assert not removed.exists() and not removed.parent.exists()
+    assert kept.read_bytes() == b"its directory exists"
+    trusted = listing(caches / "trusted")
+    assert trusted
 
-        # a trusted run on main: two rounds of one side
-        history = f"sqlite:///{tmp_path / 'h.db'}"
-        result = perfguard(repo, "run", "--bench", WORK_BENCH, "--rounds", "2", db=history, env=env)
-        assert result.returncode == 0, result.stdout + result.stderr
-        first, second = spied(spy)
-        assert first["prefix"] == second["prefix"] == str(caches / "trusted" / "pycache")
-        assert {m.split(".")[0] for m in first["modules"]} == {"attention", "asv_benchmarks"}
-        assert second["modules"] == first["modules"]  # the same files, not written again
-        assert {flags for *_, flags in first["modules"].values()} == {CHECKED_HASH}
-        assert scratch_mirrors(caches) == [caches / "untrusted" / "pycache" / str(live).lstrip(os.sep)]
-        assert kept.read_bytes() == b"in use"  # a live scratch directory's bytecode stays
-        trusted = listing(caches / "trusted")
-        assert trusted
-
-        # an untrusted check of a branch, both sides measured here (no history store yet)
-        git(repo, "checkout", "-q", "-b", "pr")
-        with (repo / "attention" / "dilated.py").open("a") as fh:
-            fh.write("\n# a pull request\n")
-        git(repo, "commit", "-qam", "pr")
-        result = perfguard(repo, "check", "--baseline", "main", "--bench", WORK_BENCH, "--rounds", "2",
-                           "--untrusted", "--results-db", f"sqlite:///{tmp_path / 'r.db'}", "--no-verify",
-                           db=f"sqlite:///{tmp_path / 'none.db'}", env=env)  # fmt: skip
-        assert result.returncode in (0, 1), result.stdout + result.stderr
-        rounds = spied(spy)
-        sides: dict[str, list[dict[str, Any]]] = {}
-        for line in rounds:
-            sides.setdefault(line["source"], []).append(line)
-        assert len(rounds) == 4 and len(sides) == 2 and str(repo) in sides
-        for lines in sides.values():
-            assert [x["prefix"] for x in lines] == [str(caches / "untrusted" / "pycache")] * 2
-            assert lines[1]["modules"] == lines[0]["modules"]
-            assert {flags for *_, flags in lines[0]["modules"].values()} == {CHECKED_HASH}
-        head = {cached for cached, *_ in sides.pop(str(repo))[0]["modules"].values()}
-        (baseline,) = sides.values()
-        base = {cached for cached, *_ in baseline[0]["modules"].values()}
-        assert base and head and not base & head  # each side its own bytecode
-        assert listing(caches / "trusted") == trusted  # the untrusted check wrote nothing there
-        assert scratch_mirrors(caches) == [caches / "untrusted" / "pycache" / str(live).lstrip(os.sep)]
-    finally:
-        shutil.rmtree(live, ignore_errors=True)
+    # an untrusted check of a branch, both sides measured here (no history store yet)
+    git(repo, "checkout", "-q", "-b", "pr")
+    with (repo / "attention" / "dilated.py").open("a") as fh:
+        fh.write("\n# a pull request\n")
+    git(repo, "commit", "-qam", "pr")
+    result = perfguard(repo, "check", "--baseline", "main", "--bench", WORK_BENCH, "--rounds", "2",
+                       "--untrusted", "--results-db", f"sqlite:///{tmp_path / 'r.db'}", "--no-verify",
+                       db=f"sqlite:///{tmp_path / 'none.db'}", env=env)  # fmt: skip
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    rounds = spied(spy)
+    sides: dict[str, list[dict[str, Any]]] = {}
+    for line in rounds:
+        sides.setdefault(line["source"], []).append(line)
+    assert len(rounds) == 4 and len(sides) == 2 and str(repo) in sides
+    for lines in sides.values():
+        assert [x["prefix"] for x in lines] == [str(caches / "untrusted" / "pycache")] * 2
+        assert lines[1]["modules"] == lines[0]["modules"]
+        assert {flags for *_, flags in lines[0]["modules"].values()} == {CHECKED_HASH}
+    head = {cached for cached, *_ in sides.pop(str(repo))[0]["modules"].values()}
+    (baseline,) = sides.values()
+    base = {cached for cached, *_ in baseline[0]["modules"].values()}
+    assert base and head and not base & head  # each side its own bytecode
+    assert listing(caches / "trusted") == trusted  # the untrusted check wrote nothing there
+    assert scratch_mirrors(caches) == []
 
 
 def test_a_same_size_edit_that_keeps_the_mtime_is_measured_as_edited(repo: Path, tmp_path: Path) -> None:

@@ -97,7 +97,7 @@ def open_bench(
         removed = cleanup_stale(root)
         if removed:
             reporter.say(removed.describe())
-        prune_bytecode()  # of scratch directories that are gone (killed invocations, older perfguards)
+        prune_bytecode()  # of directories that are gone (killed invocations, removed clones)
         work_dir = scratch_dir()
         opened.callback(forget_bytecode, work_dir)  # after the directory: its bytecode is dead
         opened.callback(shutil.rmtree, work_dir, True)
