@@ -653,7 +653,7 @@ def _kill_when_measuring(proc: subprocess.Popen[str], scratch: Path, victim: str
 
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
-        for output in scratch.glob("perfguard-*/import-shim-*/round.jsonl"):
+        for output in scratch.glob("perfguard-*/round-*/round.jsonl"):
             events = [json.loads(x) for x in output.read_text().splitlines() if x.strip().endswith("}")]
             started = [
                 e["label"] for e in events if e.get("event") == "start" and re.search(victim, e["label"])

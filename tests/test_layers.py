@@ -42,7 +42,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "store.records",
     ),  # leaves
     # the measuring engine (perfguard/engine/, its __init__ names the flow)
-    ("engine", "engine.machine"),
+    ("engine", "engine.machine", "engine.compile_cache"),
     (
         "engine.timing",
         "engine.timing.settings",

@@ -34,6 +34,7 @@ from perfguard.declaration import (
     read_declaration,
     repository_root,
 )
+from perfguard.engine.compile_cache import use_checked_bytecode
 from perfguard.errors import ConfigError
 
 #: What perfguard reads from a registry entry (perfguard.declare.Implementation has them all;
@@ -138,6 +139,7 @@ def load(declaration: Declaration) -> GuardedPackage:
     if not sys.path or sys.path[0] != source:
         sys.path.insert(0, source)
     importlib.invalidate_caches()
+    use_checked_bytecode(declaration.package_dir)  # never stale bytecode of the measured code
     try:
         module = importlib.import_module(declaration.package)
     except Exception as exc:

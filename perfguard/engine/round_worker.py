@@ -46,6 +46,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
+from perfguard.engine.compile_cache import use_checked_bytecode
 from perfguard.engine.round_protocol import (
     DoneEvent,
     Event,
@@ -144,6 +145,7 @@ def run(spec: WorkerSpec) -> int:
 
     started = time.perf_counter()
     sys.path.insert(0, str(spec.benchmark_dir.parent))
+    use_checked_bytecode(spec.benchmark_dir)  # the suite's bytecode is reused by every round of the side
     group = rank_group.join(spec.device) if rank_group.launched() else None
     if group is not None:  # the parent makes sure no rank outlives the group (perfguard.engine.rounds)
         spec.output.with_name(f"rank{group.rank}.pid").write_text(str(os.getpid()))

@@ -5,10 +5,12 @@ the noise a verdict must see, and one process may measure every selected benchma
 :class:`RoundRunner` starts :mod:`perfguard.engine.round_worker` on the asv suite of the checkout perfguard
 runs in (the suite, the timer and perfguard itself always come from there: both sides are measured
 by the same rules, as with ``asv continuous``), with the guarded package imported from the commit
-being measured: the worker runs in a scratch directory holding two links, ``<package> ->
-<source>/<package>`` (the package ``<source>/pyproject.toml`` declares; the work tree itself, or a
-git worktree of another commit) and ``asv_benchmarks -> <suite>``, and that directory is the first
-entry of its ``sys.path``; ``$PERFGUARD_SOURCE`` tells the suite which tree's declaration to read.
+being measured: the worker runs in a directory of the invocation's scratch directory holding two
+links (:func:`import_shim`), ``<package> -> <source>/<package>`` (the package
+``<source>/pyproject.toml`` declares; the work tree itself, or a git worktree of another commit) and
+``asv_benchmarks -> <suite>``, and that directory is the first entry of its ``sys.path``;
+``$PERFGUARD_SOURCE`` tells the suite which tree's declaration to read.  What one round writes (its
+spec, output, logs) goes to a ``round-*`` directory of its own.
 
 Why not ``asv run``: asv starts a discovery process and a fork server (each imports torch) and one
 process per benchmark x parameters; on a GPU most of a round then went to first calls and warm-ups
@@ -22,9 +24,10 @@ ended, the case's other benchmarks fail with it (they would kill the next proces
 process measures the rest.  Every line is validated before it becomes a :class:`ResultRecord`
 (:mod:`perfguard.engine.round_output`): a bad value fails that benchmark with a clear error, never
 perfguard.  What a benchmark's numbers are (metric, unit, direction) and how ``--bench`` selects
-them is :mod:`perfguard.engine.suite`.  Compilation caches (Inductor, Triton, CUDA's JIT) persist on
-the machine between rounds, one directory per *trust domain*: code under review compiles into
-``untrusted`` and can never write a kernel that a trusted (baseline) round loads.
+them is :mod:`perfguard.engine.suite`.  Compilation caches (Inductor, Triton, CUDA's JIT, bytecode)
+persist on the machine between rounds, one directory per *trust domain*: code under review
+compiles into ``untrusted`` and can never write a kernel that a trusted (baseline) round loads
+(:mod:`perfguard.engine.compile_cache`).
 
 A round of a distributed profile is one *group* of ``ranks`` processes under ``torchrun``
 (:mod:`perfguard.engine.rank_group`): the group is the round's process.  When a rank dies, torchrun ends the
@@ -37,8 +40,11 @@ be killed (timeout, interrupt) leaves no rank behind.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -52,16 +58,13 @@ from typing import Any
 
 from perfguard.declaration import SOURCE_ENV, read_declaration
 from perfguard.engine import round_output
+from perfguard.engine.compile_cache import cache_dir, compile_cache_env
 from perfguard.engine.round_protocol import DoneEvent, Event, PlanEvent, ResultEvent, StartEvent, WorkerSpec
 from perfguard.engine.round_worker import case_of
 from perfguard.engine.suite import load_benchmark_dir
 from perfguard.errors import BenchmarkError
 from perfguard.profiles import DEVICE_ENV, DISTRIBUTED_SUITE, PROFILE_ENV, Profile
 from perfguard.store.records import ResultRecord
-
-#: Where compilation caches live (one subdirectory per trust domain); default ~/.cache/perfguard/compile.
-CACHE_ENV = "PERFGUARD_CACHE_DIR"
-TRUST_DOMAINS = ("trusted", "untrusted")
 
 
 @dataclass(frozen=True)
@@ -105,41 +108,33 @@ class Progress:
 
 
 def import_shim(source: Path, parent: Path, benchmark_dir: Path | None = None) -> Path:
-    """A scratch directory holding ``<package> -> <source>/<package>`` (and the suite), first on sys.path.
+    """A directory of ``parent`` holding ``<package> -> <source>/<package>`` (and the suite), first on
+    sys.path.
 
     The package is the one ``source``'s own ``pyproject.toml`` declares (:mod:`perfguard.declaration`):
     each side of a check is measured by its own commit's declaration, so a pull request cannot change
     what its baseline measures.  A tree without a declaration is a ``ConfigError`` (exit 2).
+
+    The same links give the same directory (its name is their digest), made once: every round of a
+    side imports the suite from the same path, so its bytecode (kept by path,
+    :mod:`perfguard.engine.compile_cache`) is compiled once, not once a round.  What a round writes
+    goes to a directory of its own (:meth:`RoundRunner.run`).
     """
     declaration = read_declaration(source)
-    shim = Path(tempfile.mkdtemp(prefix="import-shim-", dir=parent))
-    (shim / declaration.package).symlink_to(declaration.package_dir, target_is_directory=True)
+    links = {declaration.package: declaration.package_dir}
     if benchmark_dir is not None:
-        (shim / benchmark_dir.name).symlink_to(benchmark_dir, target_is_directory=True)
+        links[benchmark_dir.name] = benchmark_dir
+    digest = hashlib.sha256(json.dumps({k: str(v) for k, v in links.items()}, sort_keys=True).encode())
+    shim = parent / f"import-shim-{digest.hexdigest()[:16]}"
+    if not shim.is_dir():
+        made = Path(tempfile.mkdtemp(prefix="import-shim-new-", dir=parent))
+        for name, target in links.items():
+            (made / name).symlink_to(target, target_is_directory=True)
+        try:
+            made.rename(shim)
+        except OSError:  # another process made it first: its links are the same
+            shutil.rmtree(made, ignore_errors=True)
     return shim
-
-
-def compile_cache_env(domain: str) -> dict[str, str]:
-    """Environment that puts Inductor, Triton and CUDA JIT caches in ``domain``'s own directory.
-
-    Python's bytecode too: a round is a fresh process that imports torch's compiler stack, and where
-    site-packages is read-only or ``PYTHONDONTWRITEBYTECODE`` is set (GPU images often do both) every
-    round compiled that source again: 23 s of a 66 s production round on an H100 (py-spy,
-    docs/perf/check.md).  ``PYTHONPYCACHEPREFIX`` keeps the bytecode beside the other caches, in the
-    trust domain's directory, so code under review cannot write bytecode that a baseline round loads.
-    """
-    if domain not in TRUST_DOMAINS:
-        raise ValueError(f"trust domain must be one of {TRUST_DOMAINS}, not {domain!r}")
-    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "perfguard" / "compile") / domain
-    return {
-        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
-        "TRITON_CACHE_DIR": str(root / "triton"),
-        "CUDA_CACHE_PATH": str(root / "cuda"),
-        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
-        "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
-        "PYTHONPYCACHEPREFIX": str(root / "pycache"),
-        "PYTHONDONTWRITEBYTECODE": "",  # empty = unset: the bytecode goes to the prefix above
-    }
 
 
 class RoundRunner:
@@ -171,7 +166,7 @@ class RoundRunner:
         # the device lock (perfguard.device_lock): a worker outliving a killed perfguard still holds it
         self.pass_fds = pass_fds
         self.benchmark_dir = load_benchmark_dir(root)
-        compile_cache_env(trust)  # validates the domain now, not in the middle of a measurement
+        cache_dir(trust)  # validates the domain now, not in the middle of a measurement
 
     def run(
         self,
@@ -189,7 +184,8 @@ class RoundRunner:
         ``Class.method`` names this round leaves out (:data:`perfguard.engine.suite.HISTORY_ONLY`).
         """
         shim = import_shim(target.source, self.work_dir, self.benchmark_dir)
-        output = shim / "round.jsonl"
+        here = Path(tempfile.mkdtemp(prefix="round-", dir=self.work_dir))  # the spec, output, logs, pids
+        output = here / "round.jsonl"
         env = {
             **os.environ,
             **compile_cache_env(self.trust),
@@ -202,7 +198,7 @@ class RoundRunner:
         clock = time.monotonic()
         logs: list[str] = []
         # faulthandler: a benchmark that crashes the process leaves its Python stack in the log
-        worker = ["perfguard.engine.round_worker", str(shim / "spec.json")]
+        worker = ["perfguard.engine.round_worker", str(here / "spec.json")]
         if self.profile.distributed:
             from perfguard.engine.rank_group import LAUNCH_ENV, launch_command
 
@@ -229,7 +225,7 @@ class RoundRunner:
                 suite=self.profile.suite if self.profile.distributed else None,
                 exclude_suites=() if self.profile.distributed else (DISTRIBUTED_SUITE,),
                 exclude_benchmarks=tuple(exclude),
-            ).write(shim / "spec.json")
+            ).write(here / "spec.json")
             offset = output.stat().st_size if output.exists() else 0
             code, log = self._execute(command, env, shim, output, offset, len(finished), label, plan)
             logs.append(log)
@@ -315,7 +311,7 @@ class RoundRunner:
         plan: PlanEvent | None,
     ) -> tuple[int, str]:
         """Run one worker process, reporting progress from its output; (exit code, stderr+stdout)."""
-        log_path = cwd / f"worker-{offset}.log"
+        log_path = output.parent / f"worker-{offset}.log"
         group = self.profile.distributed
         try:
             with open(log_path, "w", encoding="utf-8", errors="replace") as log_file:
@@ -431,14 +427,14 @@ def _stop(proc: subprocess.Popen[bytes], *, group: bool) -> None:
     proc.wait()
 
 
-def _end_group(proc: subprocess.Popen[bytes], shim: Path) -> None:
+def _end_group(proc: subprocess.Popen[bytes], round_dir: Path) -> None:
     """After a group ended: no rank may outlive it (ranks run in their own sessions; torchrun ends
     them unless it was killed itself).  Each rank wrote its pid (``rank<r>.pid``); one still running
     that still runs this round's worker (its command line names this round's spec) is killed."""
     if proc.poll() is None:
         _stop(proc, group=True)
-    spec = str(shim / "spec.json")
-    for pid_file in shim.glob("rank*.pid"):
+    spec = str(round_dir / "spec.json")
+    for pid_file in round_dir.glob("rank*.pid"):
         try:
             pid = int(pid_file.read_text().strip())
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")

@@ -54,7 +54,8 @@ def broken_impls(bench: Bench, report: Path | None, *, skip: bool) -> dict[str, 
 def run_verify(bench: Bench) -> Path:
     """``perfguard verify --json`` of what this check measures, in a fresh process over HEAD's code."""
     from perfguard.declaration import SOURCE_ENV
-    from perfguard.engine.rounds import compile_cache_env, import_shim
+    from perfguard.engine.compile_cache import compile_cache_env
+    from perfguard.engine.rounds import import_shim
 
     out = bench.work_dir / "verify.json"
     shim = import_shim(bench.root, bench.work_dir)

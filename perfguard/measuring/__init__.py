@@ -12,7 +12,7 @@ when the measurement is interrupted.
 **Trust** (docs/ci.md): a bench is *trusted* (a maintainer's run, the baseline branch's workflow)
 or *untrusted* (it executes code under review).  An untrusted bench opens the history store
 read-only, reads baselines from it, and writes its own runs and checks to a separate results store;
-its compilation caches are its own (:func:`perfguard.engine.rounds.compile_cache_env`).
+its compilation caches are its own (:func:`perfguard.engine.compile_cache.compile_cache_env`).
 
 What a round is and why rounds are fresh processes: ``docs/verdicts.md``; how a round runs:
 :mod:`perfguard.engine.rounds`.

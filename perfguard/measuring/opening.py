@@ -2,8 +2,8 @@
 
 :func:`open_bench` resolves the repository, configuration, ``--bench`` regex, machine, profile and
 ranks; opens the stores (an untrusted bench: the history store read-only, its own results store);
-takes the device lock; and removes the scratch directory and worktrees when the invocation ends,
-also when it is interrupted (:func:`interrupts_as_errors`).
+takes the device lock; and removes the scratch directory (its bytecode too) and worktrees when the
+invocation ends, also when it is interrupted (:func:`interrupts_as_errors`).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def open_bench(
     """
     from perfguard import device_lock, profiles
     from perfguard.config import find_pyproject, load_config
+    from perfguard.engine.compile_cache import forget_bytecode, prune_bytecode
     from perfguard.engine.machine import fingerprint, with_ranks
     from perfguard.engine.rounds import RoundRunner
     from perfguard.engine.suite import HISTORY_ONLY
@@ -96,7 +97,9 @@ def open_bench(
         removed = cleanup_stale(root)
         if removed:
             reporter.say(removed.describe())
+        prune_bytecode()  # of directories that are gone (killed invocations, removed clones)
         work_dir = scratch_dir()
+        opened.callback(forget_bytecode, work_dir)  # after the directory: its bytecode is dead
         opened.callback(shutil.rmtree, work_dir, True)
         bench_ctx: Bench | None = None
         with interrupts_as_errors(kept=lambda: bench_ctx.kept_summary() if bench_ctx is not None else ""):
