@@ -137,7 +137,9 @@ def _perfguard_wheel(tmp: Path) -> Path:
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Guarded:
     tmp = tmp_path_factory.mktemp("external")
-    wheels = _downloads(Path(request.config.cache.mkdir("pypi-wheels")))
+    # pytest's cache keeps the downloads between sessions; `-p no:cacheprovider` has none: this session's
+    cache = getattr(request.config, "cache", None)
+    wheels = _downloads(Path(cache.mkdir("pypi-wheels")) if cache else tmp_path_factory.mktemp("pypi-wheels"))
 
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
