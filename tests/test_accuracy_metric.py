@@ -121,11 +121,15 @@ def test_a_comment_only_change_passes_with_accuracy_ratios_of_one(project: Proje
     assert all(i["verdict"] == "unchanged" and i["ratio"] == 1.0 for i in measured), measured
 
 
+@pytest.mark.parametrize("block_rows", [2048, 96], ids=["one-block", "blocks"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("impl", ["improved", "multihead_improved", "block_sparse_ring"])
 def test_the_reference_agrees_with_an_independent_one_and_errors_repeat_exactly(
-    impl: str, causal: bool
+    impl: str, causal: bool, block_rows: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Also in blocks of 96 query rows over the key columns they reach (perfguard's own constant
+    made small: 512 tokens are one block at the production size)."""
+    monkeypatch.setattr(accuracy, "BLOCK_ROWS", block_rows)
     case = cases.build(impl, 512, "float32", "cpu", profiles.PROFILES["quick"])
     counts = accuracy._pattern(case, causal, case.seq_len)
     if causal:
@@ -264,3 +268,27 @@ def test_the_pattern_fingerprint_tells_patterns_apart_that_a_linear_sum_would_no
     assert fingerprint(base) == fingerprint(base.clone()) and fingerprint(base.float()) != fingerprint(
         moved.float()
     )
+
+
+def test_reference_blocks_read_only_the_key_columns_their_rows_reach() -> None:
+    """A causal pattern's row blocks stop at their last row; a band's start at their first key; a
+    block whose rows have no keys at all is empty (its output rows are 0)."""
+    n = 10
+    causal = torch.ones(n, n, dtype=torch.int32).tril()
+    band = torch.zeros(n, n, dtype=torch.int32)
+    for i in range(n):
+        band[i, max(0, i - 2) : i + 1] = 1
+    band[8:] = 0
+    old, accuracy.BLOCK_ROWS = accuracy.BLOCK_ROWS, 4
+    try:
+        assert accuracy._blocks(causal) == [(0, 4, 0, 4), (4, 8, 0, 8), (8, 10, 0, 10)]
+        assert accuracy._blocks(band) == [(0, 4, 0, 4), (4, 8, 2, 8), (8, 10, 0, 0)]
+        q, k, v = (torch.randn(1, n, 1, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(i))
+                   for i in range(3))  # fmt: skip
+        out = accuracy._HeadwiseAttention.apply(q, k, v, band[None], None)
+        assert torch.equal(out[0, 8:], torch.zeros(2, 1, 4, dtype=torch.float64))
+        scores = (q[0, :, 0] @ k[0, :, 0].T / 2.0).masked_fill(band == 0, -math.inf)
+        want = torch.nan_to_num(torch.softmax(scores, dim=-1)) @ v[0, :, 0]
+        torch.testing.assert_close(out[0, :, 0], want, rtol=1e-13, atol=1e-13)
+    finally:
+        accuracy.BLOCK_ROWS = old

@@ -20,10 +20,11 @@ and causal (``Accuracy.track_*_error_causal``, for implementations that declare
 The reference is perfguard's own, not the guarded package's: code under review must not be able
 to change what it is measured against.  It is the count-weighted softmax attention of the
 implementation's declared pattern (``attention_pattern``, docs/design.md: a count of 0 hides a key,
-2 counts it twice), computed in float64 **one head at a time** with a hand-written backward that
-recomputes each head's probabilities: O(n²) memory for one head, not for all of them, so 16K tokens
-fit a GPU (2 GiB of float64 scores per head).  A multihead module's projections, sub-LayerNorm and
-output projection (the multihead contract) run through autograd in float64 around it.  The
+2 counts it twice), computed in float64 **one head at a time**, in blocks of query rows over the key
+columns they reach, with a hand-written backward that recomputes the probabilities: memory for one
+block's scores, not for all heads (256 MiB of float64 per block of 2048 rows at 16K tokens).  A
+multihead module's projections, sub-LayerNorm and output projection (the multihead contract) run
+through autograd in float64 around it.  The
 causal reference is the same computation on the declared *causal* pattern
 (``attention_pattern(..., is_causal=True)``): how causality applies to a dilated pattern (inside
 each segment's kept positions) is the implementation's declared semantics, exactly what ``verify``
@@ -290,14 +291,37 @@ def _linear(x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
     return F.linear(x, layer.weight.detach().to(torch.float64), bias)
 
 
+#: Query rows per block of the reference: a block reads only the key columns its rows' counts reach
+#: (a causal pattern's blocks about half of them), and holds ``BLOCK_ROWS x n`` float64 scores.
+BLOCK_ROWS = 2048
+
+
+def _blocks(counts: torch.Tensor) -> list[tuple[int, int, int, int]]:
+    """One head's ``(m, n)`` counts cut into row blocks: ``(r0, r1, c0, c1)``, the key columns
+    ``[c0, c1)`` from the first to the last any row of the block counts (``c0 == c1``: no keys)."""
+    m, n = counts.shape
+    starts = list(range(0, m, BLOCK_ROWS))
+    reached = torch.stack([counts[r0 : r0 + BLOCK_ROWS].amax(dim=0) > 0 for r0 in starts])
+    cols = torch.arange(n, device=counts.device)
+    first = torch.where(reached, cols, n).amin(dim=-1)
+    last = torch.where(reached, cols, -1).amax(dim=-1) + 1
+    return [
+        (r0, min(r0 + BLOCK_ROWS, m), min(c0, c1), c1)
+        for r0, c0, c1 in zip(starts, first.tolist(), last.tolist(), strict=True)
+    ]
+
+
 class _HeadwiseAttention(torch.autograd.Function):
     """Count-weighted softmax attention in float64, one (batch, head) at a time, forward and backward.
 
     ``probs = c·exp(l) / Σ c·exp(l)`` over the keys with a positive count (the softmax of
     ``l + log c``); a query without keys gets 0.  The backward recomputes each head's
-    probabilities instead of keeping them: memory is one head's ``n x n``, whatever the number of
-    heads.  q: ``(batch, m, heads, dim)``, k, v: ``(batch, n, heads, dim)`` float64 (``m < n``: a
-    rank's queries over the whole sequence's keys); counts: ``(heads, m, n)``.
+    probabilities instead of keeping them: memory is one block's scores, whatever the number of
+    heads.  Each head runs in blocks of :data:`BLOCK_ROWS` query rows over the key columns their
+    counts reach (:func:`_blocks`): the keys outside have a count of 0 in every row of the block,
+    so the softmax over the rest is the same function (a causal pattern skips about half the
+    scores).  q: ``(batch, m, heads, dim)``, k, v: ``(batch, n, heads, dim)`` float64 (``m < n``:
+    a rank's queries over the whole sequence's keys); counts: ``(heads, m, n)``.
     """
 
     @staticmethod
@@ -305,14 +329,18 @@ class _HeadwiseAttention(torch.autograd.Function):
         ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, counts: torch.Tensor, scale: float | None
     ) -> torch.Tensor:
         scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-        out = torch.empty_like(q)
+        out = torch.zeros_like(q)
+        blocks = [_blocks(counts[h]) for h in range(q.shape[2])]
         for b in range(q.shape[0]):
             for h in range(q.shape[2]):
-                probs = _probs(q[b, :, h], k[b, :, h], counts[h], scale)
-                out[b, :, h] = probs @ v[b, :, h]
-                del probs
+                for r0, r1, c0, c1 in blocks[h]:
+                    if c1 == c0:
+                        continue
+                    probs = _probs(q[b, r0:r1, h], k[b, c0:c1, h], counts[h, r0:r1, c0:c1], scale)
+                    out[b, r0:r1, h] = probs @ v[b, c0:c1, h]
+                    del probs
         ctx.save_for_backward(q, k, v, counts, out)
-        ctx.scale = scale
+        ctx.scale, ctx.blocks = scale, blocks
         return out
 
     @staticmethod
@@ -322,21 +350,24 @@ class _HeadwiseAttention(torch.autograd.Function):
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         for b in range(q.shape[0]):
             for h in range(q.shape[2]):
-                probs = _probs(q[b, :, h], k[b, :, h], counts[h], scale)
-                do = grad_out[b, :, h]
-                dv[b, :, h] = probs.T @ do
-                dp = do @ v[b, :, h].T
-                # softmax backward: dS = P ∘ (dP − rowsum(dO ∘ O))
-                ds = probs * (dp - (do * out[b, :, h]).sum(-1, keepdim=True))
-                del probs, dp
-                dq[b, :, h] = scale * (ds @ k[b, :, h])
-                dk[b, :, h] = scale * (ds.T @ q[b, :, h])
-                del ds
+                for r0, r1, c0, c1 in ctx.blocks[h]:
+                    if c1 == c0:
+                        continue
+                    probs = _probs(q[b, r0:r1, h], k[b, c0:c1, h], counts[h, r0:r1, c0:c1], scale)
+                    do = grad_out[b, r0:r1, h]
+                    dv[b, c0:c1, h] += probs.T @ do
+                    dp = do @ v[b, c0:c1, h].T
+                    # softmax backward: dS = P ∘ (dP − rowsum(dO ∘ O))
+                    ds = probs * (dp - (do * out[b, r0:r1, h]).sum(-1, keepdim=True))
+                    del probs, dp
+                    dq[b, r0:r1, h] = scale * (ds @ k[b, c0:c1, h])
+                    dk[b, c0:c1, h] += scale * (ds.T @ q[b, r0:r1, h])
+                    del ds
         return dq, dk, dv, None, None
 
 
 def _probs(q: torch.Tensor, k: torch.Tensor, counts: torch.Tensor, scale: float) -> torch.Tensor:
-    """One head's ``(n, n)`` float64 probabilities (see :class:`_HeadwiseAttention`)."""
+    """One block's ``(rows, keys)`` float64 probabilities (see :class:`_HeadwiseAttention`)."""
     logits = (q @ k.T).mul_(scale)
     logits.add_(counts.to(torch.float64).log_())  # log 0 = -inf: the key is hidden
     probs = torch.softmax(logits, dim=-1)
