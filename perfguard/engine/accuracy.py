@@ -24,12 +24,11 @@ implementation's declared pattern (``attention_pattern``, docs/design.md: a coun
 columns they reach, with a hand-written backward that recomputes the probabilities: memory for one
 block's scores, not for all heads (256 MiB of float64 per block of 2048 rows at 16K tokens).  A
 multihead module's projections, sub-LayerNorm and output projection (the multihead contract) run
-through autograd in float64 around it.  The
-causal reference is the same computation on the declared *causal* pattern
-(``attention_pattern(..., is_causal=True)``): how causality applies to a dilated pattern (inside
-each segment's kept positions) is the implementation's declared semantics, exactly what ``verify``
-checks a causal call against; there is no second, causal reference.  Implementations that compute
-the same function on the same inputs share one reference per process
+through autograd in float64 around it.  The causal reference is the same computation on the
+declared *causal* pattern (``attention_pattern(..., is_causal=True)``): how causality applies to a
+dilated pattern (inside each segment's kept positions) is the implementation's declared semantics,
+exactly what ``verify`` checks a causal call against; there is no second, causal reference.
+Implementations that compute the same function on the same inputs share one reference per process
 (:mod:`perfguard.engine.reference_cache`: equal pattern, inputs and module, bit-identical values).
 
 The distributed suite measures the same errors of the whole sequence spread over its ranks
@@ -57,7 +56,7 @@ import torch.nn.functional as F
 
 from perfguard.engine import cases, guarded
 from perfguard.engine.dilation import MODES, function_counts
-from perfguard.engine.reference_cache import REFERENCES, seeded_grad_out
+from perfguard.engine.reference_cache import REFERENCES
 from perfguard.engine.sequence_group import SequenceGroup
 from perfguard.engine.suite import ACCURACY_TENSORS
 
@@ -67,8 +66,6 @@ TENSORS = ACCURACY_TENSORS
 #: ``verify``): ∂/∂k of a query row with a single key is 0 in exact arithmetic (its softmax is
 #: constant), and relative to 0 rounding noise would read as an enormous error.
 GRAD_FLOOR = 1e-3
-#: The seed of the output gradient: the one ``cases.Case.forward_backward`` uses.
-GRAD_OUT_SEED = 1
 
 
 @dataclass(frozen=True)
@@ -123,7 +120,7 @@ def measure(case: cases.Case, *, causal: bool = False, group: SequenceGroup | No
         want = list(compute())
     else:  # equal reference inputs (pattern, inputs, module), one computation per process
         module_inputs = (case.module, case.multihead, case.inputs)
-        want = list(REFERENCES.values(counts, *module_inputs, GRAD_OUT_SEED, compute))
+        want = list(REFERENCES.values(counts, *module_inputs, cases.GRAD_OUT_SEED, compute))
     del counts, rows, compute
     got = [out, *(g if g is not None else torch.zeros_like(w) for g, w in zip(grads, want[1:], strict=True))]
     norms = [_norms(x, r) for x, r in zip(got, want, strict=True)]
@@ -174,9 +171,9 @@ def _grad_out(like: torch.Tensor, device: str, group: SequenceGroup | None) -> t
     """The output gradient: seeded like ``cases.Case.forward_backward``'s; in a group, this rank's
     rows of one drawn for the whole sequence (the same at every number of ranks)."""
     if group is None:
-        return seeded_grad_out(tuple(like.shape), like.dtype, device, GRAD_OUT_SEED)
+        return cases.seeded_grad_out(tuple(like.shape), like.dtype, device, cases.GRAD_OUT_SEED)
     [made] = group.randn(
-        like.shape[0], tuple(like.shape[2:]), 1, seed=GRAD_OUT_SEED, device=device, dtype=like.dtype
+        like.shape[0], tuple(like.shape[2:]), 1, seed=cases.GRAD_OUT_SEED, device=device, dtype=like.dtype
     )
     return made
 

@@ -16,7 +16,7 @@ reused by every later case whose reference inputs are *equal*:
   holds the computation to the declaration);
 - the inputs, the multihead module's parameters and its scale, its norm's settings: exactly
   (``torch.equal``);
-- the output gradient: one seeded draw per shape (:func:`grad_out`).
+- the output gradient: its seed (one draw per shape, :func:`perfguard.engine.cases.seeded_grad_out`).
 
 A reused reference is the same tensors the computation would give (the float64 reference is
 deterministic on one device), so a reused error is the recomputed one, bit for bit.  The entries
@@ -156,15 +156,3 @@ class ReferenceCache:
 
 #: The round worker's references (one process measures one side's code: nothing crosses sides).
 REFERENCES = ReferenceCache()
-
-_GRAD_OUT: dict[tuple, torch.Tensor] = {}
-
-
-def seeded_grad_out(shape: tuple[int, ...], dtype: torch.dtype, device: str, seed: int) -> torch.Tensor:
-    """The seeded output gradient of this shape (drawn once per process on the CPU generator, as
-    ``cases.Case.forward_backward`` draws its own: ~0.1 s for 16K x 12 x 64 on a GPU host)."""
-    key = (tuple(shape), dtype, str(device), seed)
-    if key not in _GRAD_OUT:
-        gen = torch.Generator(device="cpu").manual_seed(seed)
-        _GRAD_OUT[key] = torch.randn(shape, generator=gen).to(device, dtype=dtype)
-    return _GRAD_OUT[key]
