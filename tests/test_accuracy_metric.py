@@ -281,8 +281,12 @@ def test_reference_blocks_read_only_the_key_columns_their_rows_reach() -> None:
     band[8:] = 0
     old, accuracy.BLOCK_ROWS = accuracy.BLOCK_ROWS, 4
     try:
-        assert accuracy._blocks(causal) == [(0, 4, 0, 4), (4, 8, 0, 8), (8, 10, 0, 10)]
-        assert accuracy._blocks(band) == [(0, 4, 0, 4), (4, 8, 2, 8), (8, 10, 0, 0)]
+        assert [b[:4] for b in accuracy._blocks(causal)] == [(0, 4, 0, 4), (4, 8, 0, 8), (8, 10, 0, 10)]
+        assert all(b.keyless is None for b in accuracy._blocks(causal))
+        banded = accuracy._blocks(band)
+        assert [b[:4] for b in banded] == [(0, 4, 0, 4), (4, 8, 2, 8), (8, 10, 0, 0)]
+        assert banded[0].keyless is None and banded[1].keyless is None
+        assert banded[2].keyless is not None and banded[2].keyless.tolist() == [True, True]
         q, k, v = (torch.randn(1, n, 1, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(i))
                    for i in range(3))  # fmt: skip
         out = accuracy._HeadwiseAttention.apply(q, k, v, band[None], None)

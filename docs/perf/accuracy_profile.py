@@ -8,14 +8,25 @@ and backward, the declared pattern, the float64 reference's forward and backward
 (norms, density).  Measurement only: the wrappers time the functions, they do not change them.
 
     python docs/perf/accuracy_profile.py [--profile production] [--impls a,b] [--lengths 1024,16384]
+        [--trace DIR]
+
+``--trace DIR``: each cold call also runs under ``cProfile`` (what a first call compiles or builds:
+Triton, Inductor, cuDNN graphs, by Python function) and each warm call under ``torch.profiler``
+(the ops of a steady pass, by self device and host time); one text file per call in ``DIR``.
+Traced calls are slower than plain ones: the table's seconds are for comparison within a run.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import functools
+import io
+import pstats
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -44,12 +55,41 @@ def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _traced(folder: Path | None, name: str, call: str, fn: Callable[[], Any]) -> Any:
+    """``fn()``, under cProfile (a cold call) or torch.profiler (a warm one) when ``folder`` is set."""
+    if folder is None:
+        return fn()
+    if call == "cold":
+        profiler = cProfile.Profile()
+        result = profiler.runcall(fn)
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
+        (folder / f"{name}.txt").write_text(text.getvalue())
+        return result
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        result = fn()
+    averages = prof.key_averages()
+    device_key = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+    (folder / f"{name}.txt").write_text(
+        averages.table(sort_by=device_key, row_limit=25)
+        + "\n"
+        + averages.table(sort_by="self_cpu_time_total", row_limit=25)
+    )
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--profile", default="auto")
     parser.add_argument("--impls", default="")
     parser.add_argument("--lengths", default="")
+    parser.add_argument("--trace", type=Path, default=None, help="write per-call traces to this folder")
     args = parser.parse_args()
+    if args.trace is not None:
+        args.trace.mkdir(parents=True, exist_ok=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     profile = profiles.resolve(args.profile, cuda=device == "cuda")
     dtype = profile.dtypes(device)[0]
@@ -88,7 +128,9 @@ def main() -> None:
                     _sync()
                     started = time.perf_counter()
                     try:
-                        errors = accuracy.measure(measured.case, causal=causal)
+                        name = f"{impl}-{n}-{'causal' if causal else 'plain'}-{call}"
+                        run = functools.partial(accuracy.measure, measured.case, causal=causal)
+                        errors = _traced(args.trace, name, call, run)
                     except Exception as exc:  # a row that says why, not a stopped profile
                         why = f"failed: {type(exc).__name__}: {exc}"
                         print(f"| {impl} | {n} | {causal} | {call} | {why} | | | | | |")

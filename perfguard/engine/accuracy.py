@@ -49,7 +49,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -293,19 +293,45 @@ def _linear(x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
 BLOCK_ROWS = 2048
 
 
-def _blocks(counts: torch.Tensor) -> list[tuple[int, int, int, int]]:
-    """One head's ``(m, n)`` counts cut into row blocks: ``(r0, r1, c0, c1)``, the key columns
-    ``[c0, c1)`` from the first to the last any row of the block counts (``c0 == c1``: no keys)."""
+class Block(NamedTuple):
+    """Query rows ``[r0, r1)`` of one head over key columns ``[c0, c1)``: from the first to the last
+    key any row of the block counts (``c0 == c1``: no keys at all).  ``keyless``: which of the rows
+    count no key (their softmax would be NaN: they get 0), None when every row has one."""
+
+    r0: int
+    r1: int
+    c0: int
+    c1: int
+    keyless: torch.Tensor | None = None
+
+
+def _blocks(counts: torch.Tensor) -> list[Block]:
+    """One head's ``(m, n)`` counts cut into blocks of :data:`BLOCK_ROWS` query rows (:class:`Block`):
+    two reads of the counts and one copy to the host, for the whole head."""
     m, n = counts.shape
     starts = list(range(0, m, BLOCK_ROWS))
     reached = torch.stack([counts[r0 : r0 + BLOCK_ROWS].amax(dim=0) > 0 for r0 in starts])
     cols = torch.arange(n, device=counts.device)
     first = torch.where(reached, cols, n).amin(dim=-1)
     last = torch.where(reached, cols, -1).amax(dim=-1) + 1
-    return [
-        (r0, min(r0 + BLOCK_ROWS, m), min(c0, c1), c1)
-        for r0, c0, c1 in zip(starts, first.tolist(), last.tolist(), strict=True)
-    ]
+    has_keys = counts.amax(dim=1) > 0 if n else torch.zeros(m, dtype=torch.bool, device=counts.device)
+    on_host = has_keys.cpu()
+    blocks = []
+    for r0, c0, c1 in zip(starts, first.tolist(), last.tolist(), strict=True):
+        r1 = min(r0 + BLOCK_ROWS, m)
+        keyless = None if bool(on_host[r0:r1].all()) else ~has_keys[r0:r1]
+        blocks.append(Block(r0, r1, min(c0, c1), c1, keyless))
+    return blocks
+
+
+def _log_counts(counts: torch.Tensor) -> torch.Tensor:
+    """``log c`` for every count value ``c`` in ``0..max(counts)`` in float64 (``log 0 = -inf``: a
+    hidden key): a table that :func:`_probs` gathers from, instead of converting every count to
+    float64 and taking its logarithm in each block (two passes over the scores fewer)."""
+    top = int(counts.max().item()) if counts.numel() else 0
+    if top < 0:
+        raise ValueError(f"the declared pattern has a negative count ({top}): counts are multiplicities")
+    return torch.arange(top + 1, dtype=torch.float64, device=counts.device).log_()
 
 
 class _HeadwiseAttention(torch.autograd.Function):
@@ -328,50 +354,58 @@ class _HeadwiseAttention(torch.autograd.Function):
         scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
         out = torch.zeros_like(q)
         blocks = [_blocks(counts[h]) for h in range(q.shape[2])]
+        table = _log_counts(counts)
         for b in range(q.shape[0]):
             for h in range(q.shape[2]):
-                for r0, r1, c0, c1 in blocks[h]:
+                for block in blocks[h]:
+                    r0, r1, c0, c1, _ = block
                     if c1 == c0:
                         continue
-                    probs = _probs(q[b, r0:r1, h], k[b, c0:c1, h], counts[h, r0:r1, c0:c1], scale)
+                    probs = _probs(q[b, r0:r1, h], k[b, c0:c1, h], counts[h], block, table, scale)
                     out[b, r0:r1, h] = probs @ v[b, c0:c1, h]
                     del probs
-        ctx.save_for_backward(q, k, v, counts, out)
+        ctx.save_for_backward(q, k, v, counts, out, table)
         ctx.scale, ctx.blocks = scale, blocks
         return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
-        q, k, v, counts, out = ctx.saved_tensors
+        q, k, v, counts, out, table = ctx.saved_tensors
         scale = ctx.scale
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         for b in range(q.shape[0]):
             for h in range(q.shape[2]):
-                for r0, r1, c0, c1 in ctx.blocks[h]:
+                for block in ctx.blocks[h]:
+                    r0, r1, c0, c1, _ = block
                     if c1 == c0:
                         continue
-                    probs = _probs(q[b, r0:r1, h], k[b, c0:c1, h], counts[h, r0:r1, c0:c1], scale)
+                    probs = _probs(q[b, r0:r1, h], k[b, c0:c1, h], counts[h], block, table, scale)
                     do = grad_out[b, r0:r1, h]
                     dv[b, c0:c1, h] += probs.T @ do
-                    dp = do @ v[b, c0:c1, h].T
-                    # softmax backward: dS = P ∘ (dP − rowsum(dO ∘ O))
-                    ds = probs * (dp - (do * out[b, r0:r1, h]).sum(-1, keepdim=True))
-                    del probs, dp
+                    # softmax backward: dS = P ∘ (dP − rowsum(dO ∘ O)), in dP's memory
+                    ds = (
+                        (do @ v[b, c0:c1, h].T)
+                        .sub_((do * out[b, r0:r1, h]).sum(-1, keepdim=True))
+                        .mul_(probs)
+                    )
+                    del probs
                     dq[b, r0:r1, h] = scale * (ds @ k[b, c0:c1, h])
                     dk[b, c0:c1, h] += scale * (ds.T @ q[b, r0:r1, h])
                     del ds
         return dq, dk, dv, None, None
 
 
-def _probs(q: torch.Tensor, k: torch.Tensor, counts: torch.Tensor, scale: float) -> torch.Tensor:
-    """One block's ``(rows, keys)`` float64 probabilities (see :class:`_HeadwiseAttention`)."""
-    logits = (q @ k.T).mul_(scale)
-    logits.add_(counts.to(torch.float64).log_())  # log 0 = -inf: the key is hidden
+def _probs(
+    q: torch.Tensor, k: torch.Tensor, counts: torch.Tensor, block: Block, table: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """One block's ``(rows, keys)`` float64 probabilities (see :class:`_HeadwiseAttention`): the
+    softmax of ``scale·q·kᵀ + log c``, the scaling and the table's ``log c`` (gathered by count)
+    added in the matrix product's epilogue (one pass over the scores, not four)."""
+    logits = torch.addmm(table[counts[block.r0 : block.r1, block.c0 : block.c1]], q, k.T, alpha=scale)
     probs = torch.softmax(logits, dim=-1)
     del logits
-    has_keys = counts.amax(dim=-1) > 0  # a row whose keys are all hidden reads NaN above: 0 instead
-    if not bool(has_keys.all()):
-        probs[~has_keys] = 0.0
+    if block.keyless is not None:  # a row whose keys are all hidden reads NaN above: 0 instead
+        probs[block.keyless] = 0.0
     return probs
 
 

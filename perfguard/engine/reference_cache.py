@@ -41,23 +41,36 @@ _MIX = (-7046029254386353131, -4658895280553007687, -7723592293110705685)  # spl
 
 
 def _weights(numel: int, device: torch.device) -> torch.Tensor:
-    """splitmix64 of 0..numel-1 as int64 (two's-complement wraparound): fixed pseudo-random weights."""
+    """splitmix64 of 0..numel-1 as int64 (two's-complement wraparound): fixed pseudo-random weights.
+    The last size's are kept (:data:`_WEIGHTS`): every case of a length fingerprints the same size,
+    and drawing them was six passes over ``n x n`` int64 per case (2 GiB at 16K tokens)."""
+    key = (numel, str(device))
+    if _WEIGHTS and _WEIGHTS[0] == key:
+        return _WEIGHTS[1]
+    _WEIGHTS.clear()  # the previous size's first: never two sizes' weights at once
     x = torch.arange(numel, device=device, dtype=torch.int64) * _MIX[0]
     x ^= x >> 30
     x *= _MIX[1]
     x ^= x >> 27
     x *= _MIX[2]
     x ^= x >> 31
+    _WEIGHTS.extend((key, x))
     return x
 
 
+#: ``[(numel, device), weights]`` of the last :func:`_weights` call, or empty.
+_WEIGHTS: list = []
+
+
 def fingerprint(counts: torch.Tensor) -> tuple[int, ...]:
-    """One 64-bit fingerprint per head of a ``(heads, m, n)`` count tensor (module docstring)."""
+    """One 64-bit fingerprint per head of a ``(heads, m, n)`` count tensor (module docstring).
+    Integer counts are multiplied as they are (int32 · int64 computes in int64: no int64 copy of
+    the counts); floating ones by their bits."""
     heads = counts.shape[0]
     w = _weights(counts[0].numel(), counts.device)
 
-    def bits(head: torch.Tensor) -> torch.Tensor:  # a count's exact value as int64
-        return head.to(torch.float64).view(torch.int64) if head.is_floating_point() else head.to(torch.int64)
+    def bits(head: torch.Tensor) -> torch.Tensor:  # a count's exact value, as an integer
+        return head.to(torch.float64).view(torch.int64) if head.is_floating_point() else head
 
     return tuple(int((bits(counts[h].reshape(-1)) * w).sum()) for h in range(heads))
 
