@@ -270,6 +270,43 @@ def test_the_pattern_fingerprint_tells_patterns_apart_that_a_linear_sum_would_no
     )
 
 
+@pytest.mark.parametrize("shape", [(3, 64, 64), (2, 40, 72), (1, 8, 8)])
+def test_the_gemm_fingerprint_tells_every_single_count_change_apart(shape: tuple[int, int, int]) -> None:
+    """Patterns of counts 0..127 on multiples of 8 take the int8 matrix-product path: equal patterns
+    (of any integer dtype) get equal fingerprints, and raising, lowering or moving any one count —
+    every position of the head, each a different pattern — changes the head's fingerprint."""
+    from perfguard.engine.reference_cache import _gemm_fits, fingerprint
+
+    g = torch.Generator().manual_seed(5)
+    base = torch.randint(0, 4, shape, generator=g, dtype=torch.int32)
+    assert _gemm_fits(base[0]) and not _gemm_fits(base[0].float()) and not _gemm_fits(base[0] - 1)
+    want = fingerprint(base)
+    assert all(kind == "gemm" for kind, _ in want)
+    assert (
+        want
+        == fingerprint(base.clone())
+        == fingerprint(base.to(torch.int64))
+        == fingerprint(base.to(torch.uint8))
+    )
+    last = base.shape[0] - 1
+    seen, tried = {want[last]}, 0
+    for i in range(base[last].numel()):
+        for delta in (1, -1):
+            changed = base.clone()
+            flat = changed[last].view(-1)
+            if flat[i] + delta < 0:
+                continue
+            flat[i] += delta
+            tried += 1
+            got = fingerprint(changed)
+            assert got[:last] == want[:last] and got[last] != want[last]
+            seen.add(got[last])
+    assert len(seen) == tried + 1  # every changed pattern a value of its own
+    ones = torch.ones(shape, dtype=torch.int32)
+    assert fingerprint(ones)[0] != fingerprint(ones.to(torch.bool).logical_not().to(torch.int32))[0]
+    assert fingerprint(ones.to(torch.bool)) == fingerprint(ones)
+
+
 def test_reference_blocks_read_only_the_key_columns_their_rows_reach() -> None:
     """A causal pattern's row blocks stop at their last row; a band's start at their first key; a
     block whose rows have no keys at all is empty (its output rows are 0)."""

@@ -18,7 +18,7 @@ git log -1 --format='commit %H %s' >> "$out/summary.txt" 2>&1
 date -u +'date %Y-%m-%dT%H:%M:%SZ' >> "$out/summary.txt"
 if [ "${CUDA_TESTS:-0}" = 1 ]; then
   t0=$SECONDS
-  timeout 120 python3 -m pytest -o addopts="" -q -rs -p no:cacheprovider -m cuda tests/test_attention_fallbacks.py > "$out/cuda_tests.log" 2>&1
+  timeout 120 python3 -m pytest -o addopts="" -q -rs -p no:cacheprovider -m cuda tests/test_attention_fallbacks.py tests/test_held_memory.py > "$out/cuda_tests.log" 2>&1
   echo "cuda tests rc=$? $((SECONDS - t0)) s" >> "$out/summary.txt"
 fi
 t0=$SECONDS

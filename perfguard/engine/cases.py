@@ -33,6 +33,7 @@ import torch
 from perfguard import profiles
 from perfguard.engine import guarded
 from perfguard.engine.dilation import dilated_attended_pairs
+from perfguard.engine.held_memory import held
 from perfguard.profiles import SUITE_VERSION
 
 #: Longest sequence benchmarked on the CPU: beyond it, one call of the straightforward
@@ -190,7 +191,9 @@ def seeded_grad_out(shape: tuple[int, ...], dtype: torch.dtype, device: str, see
     key = (tuple(shape), dtype, str(device), seed)
     if key not in _GRAD_OUT:
         gen = torch.Generator(device="cpu").manual_seed(seed)
-        _GRAD_OUT[key] = torch.randn(shape, generator=gen).to(device, dtype=dtype)
+        drawn = torch.randn(shape, generator=gen).to(dtype=dtype)
+        with held(device):  # kept between cases: out of the pool the code under test allocates from
+            _GRAD_OUT[key] = drawn.to(device)
     return _GRAD_OUT[key]
 
 

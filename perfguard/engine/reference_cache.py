@@ -9,9 +9,8 @@ forward and backward) was 0.35 s of each 0.5 s accuracy pass at 16K tokens on an
 (docs/perf/accuracy.md).  Within one process (a round worker) a reference is computed once and
 reused by every later case whose reference inputs are *equal*:
 
-- the declared pattern: per head, a 64-bit fingerprint ``Σ counts[i]·w[i] mod 2^64`` with fixed
-  pseudo-random weights ``w`` (splitmix64 of the position), computed on the device (~2 ms a head
-  at 16K); two different patterns collide with probability ~2^-64 per head, and a pattern is the
+- the declared pattern: per head, a 64-bit fingerprint (:func:`fingerprint`), computed on the
+  device; two different patterns collide with probability ~2^-64 per head, and a pattern is the
   code under test's own declaration either way (it could declare any pattern it likes; verify
   holds the computation to the declaration);
 - the inputs, the multihead module's parameters and its scale, its norm's settings: exactly
@@ -27,11 +26,14 @@ it, so what the cache holds does not enter them.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+
+from perfguard.engine.held_memory import held
 
 #: What the cache may hold, in bytes of reference tensors (a 16K-token reference of 12 heads x 64
 #: is 4 x 100 MB in float64; the production profile's shared references fit in ~2.6 GB).
@@ -40,44 +42,77 @@ MAX_BYTES = 4 << 30
 _MIX = (-7046029254386353131, -4658895280553007687, -7723592293110705685)  # splitmix64's, as int64
 
 
-def _weights(numel: int, device: torch.device) -> torch.Tensor:
-    """splitmix64 of 0..numel-1 as int64 (two's-complement wraparound): fixed pseudo-random weights.
-    The last size's are kept (:data:`_WEIGHTS`): every case of a length fingerprints the same size,
-    and drawing them was six passes over ``n x n`` int64 per case (2 GiB at 16K tokens)."""
-    key = (numel, str(device))
-    if _WEIGHTS and _WEIGHTS[0] == key:
-        return _WEIGHTS[1]
-    _WEIGHTS.clear()  # the previous size's first: never two sizes' weights at once
+def _splitmix(numel: int, device: torch.device) -> torch.Tensor:
+    """splitmix64 of 0..numel-1 as int64 (two's-complement wraparound): fixed pseudo-random weights."""
     x = torch.arange(numel, device=device, dtype=torch.int64) * _MIX[0]
     x ^= x >> 30
     x *= _MIX[1]
     x ^= x >> 27
     x *= _MIX[2]
     x ^= x >> 31
-    _WEIGHTS.extend((key, x))
     return x
 
 
-#: ``[(numel, device), weights]`` of the last :func:`_weights` call, or empty.
-_WEIGHTS: list = []
+@functools.lru_cache(maxsize=4)
+def _column_weights(m: int, device: torch.device) -> torch.Tensor:
+    """:data:`PROBES` x ``m`` pseudo-random int8 weights (the low byte of splitmix64)."""
+    return (_splitmix(PROBES * m, device) & 0xFF).to(torch.uint8).view(torch.int8).view(PROBES, m)
 
 
-def fingerprint(counts: torch.Tensor) -> tuple[int, ...]:
-    """One 64-bit fingerprint per head of a ``(heads, m, n)`` count tensor (module docstring).
-    Integer counts are multiplied as they are (int32 · int64 computes in int64: no int64 copy of
-    the counts); floating ones by their bits."""
-    heads = counts.shape[0]
-    w = _weights(counts[0].numel(), counts.device)
+@functools.lru_cache(maxsize=4)
+def _sum_weights(numel: int, device: torch.device) -> torch.Tensor:
+    return _splitmix(numel, device)
 
-    def bits(head: torch.Tensor) -> torch.Tensor:  # a count's exact value, as an integer
-        return head.to(torch.float64).view(torch.int64) if head.is_floating_point() else head
 
-    return tuple(int((bits(counts[h].reshape(-1)) * w).sum()) for h in range(heads))
+#: Random int8 combinations of each key column that the GEMM fingerprint takes (see there).
+PROBES = 32
+#: Counts the GEMM fingerprint takes exactly: int8, and column sums of ``m`` rows that fit int32
+#: (``m · 127 · 128 < 2^31``).
+_MAX_COUNT, _MAX_ROWS = 127, (2**31 - 1) // (127 * 128)
+
+
+def _gemm_fits(head: torch.Tensor) -> bool:
+    """Whether :func:`fingerprint` may take its int8 matrix-product path for one head's ``(m, n)`` counts."""
+    m, n = head.shape
+    if head.is_floating_point() or head.is_complex() or m % 8 or n % 8 or not 0 < m <= _MAX_ROWS:
+        return False
+    low, high = torch.aminmax(head.to(torch.int32) if head.dtype == torch.bool else head)
+    return int(low) >= 0 and int(high) <= _MAX_COUNT
+
+
+def _head_fingerprint(head: torch.Tensor) -> tuple[str, int]:
+    """One head's fingerprint (see :func:`fingerprint`), named by the path that computed it."""
+    m, n = head.shape
+    if _gemm_fits(head):
+        with held(head.device):  # kept between cases: out of the default pool
+            w, mix = _column_weights(m, head.device), _sum_weights(PROBES * n, head.device)
+        return "gemm", int((torch._int_mm(w, head.to(torch.int8)) * mix.view(PROBES, n)).sum())
+    flat = head.reshape(-1)
+    bits = flat.to(torch.float64).view(torch.int64) if flat.is_floating_point() else flat  # exact values
+    return "sum", int((bits * _splitmix(flat.numel(), head.device)).sum())
+
+
+def fingerprint(counts: torch.Tensor) -> tuple[tuple[str, int], ...]:
+    """One 64-bit fingerprint per head of a ``(heads, m, n)`` count tensor.
+
+    A head of counts 0..127 on a shape of multiples of 8 (every pattern of the profiles): its key
+    columns are first reduced by an int8 matrix product, ``S = W·C`` with :data:`PROBES` fixed
+    pseudo-random int8 rows ``W`` (``torch._int_mm``: exact int32 sums, one read of the counts as
+    int8), then ``Σ S[j]·w[j] mod 2^64`` with splitmix64 weights ``w``.  Two heads that differ have
+    a column ``d ≠ 0`` where they differ; each random row misses it (``W[r]·d = 0``) with
+    probability ≤ 1/256, all 32 with ≤ 2^-256, and the sum collides with ~2^-64.  It replaced
+    ``Σ C[i]·w[i]`` over every count with materialised int64 weights: 30 of a cache hit's 68 ms of
+    device time at 16K tokens on an H200 (docs/perf/accuracy.md).
+
+    Other heads (negative, floating, larger counts, odd shapes) take that elementwise sum: floating
+    counts by their bits.  Each value names its path, so the two kinds never compare equal.
+    """
+    return tuple(_head_fingerprint(counts[h]) for h in range(counts.shape[0]))
 
 
 @dataclass
 class _Entry:
-    pattern: tuple[int, ...]
+    pattern: tuple[tuple[str, int], ...]
     shape: tuple[int, ...]
     inputs: tuple[torch.Tensor, ...]
     params: tuple[torch.Tensor, ...]
@@ -154,14 +189,17 @@ class ReferenceCache:
         self.misses += 1
         values = tuple(t.detach() for t in compute())
         probe.values = values
-        probe.inputs = tuple(t.clone() for t in probe.inputs)  # the case may change its own later
-        probe.params = tuple(t.clone() for t in probe.params)
-        if probe.nbytes <= self.max_bytes:
-            self._entries[self._next] = probe
-            self._next += 1
-            while sum(e.nbytes for e in self._entries.values()) > self.max_bytes:
-                self._entries.popitem(last=False)
-        return values
+        if probe.nbytes > self.max_bytes:
+            return values
+        with held(counts.device):  # kept out of the pool the code under test allocates from
+            probe.values = tuple(t.clone() for t in values)
+            probe.inputs = tuple(t.clone() for t in probe.inputs)  # the case may change its own later
+            probe.params = tuple(t.clone() for t in probe.params)
+        self._entries[self._next] = probe
+        self._next += 1
+        while sum(e.nbytes for e in self._entries.values()) > self.max_bytes:
+            self._entries.popitem(last=False)
+        return probe.values
 
     def clear(self) -> None:
         self._entries.clear()
