@@ -39,7 +39,8 @@ from types import MappingProxyType
 #: when a change makes new numbers incomparable with old ones (the timer, the case's work): perfguard
 #: then re-measures stored baselines instead of comparing numbers taken by different rules.  It lives
 #: here, in a module without heavy imports, because ``perfguard check`` reads it on every run.
-SUITE_VERSION = "3"  # 2: adaptive CUDA timer, memory before capture, work metrics; 3: accuracy
+SUITE_VERSION = "4"  # 2: adaptive CUDA timer, memory before capture, work metrics; 3: accuracy;
+#  4: peak memory counts the bytes tensors request, not the allocator's blocks (timing.memory)
 
 #: Environment variables the asv suites read (set by perfguard for each asv invocation).
 PROFILE_ENV = "PERFGUARD_PROFILE"

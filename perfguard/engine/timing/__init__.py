@@ -33,8 +33,9 @@ to one intra-op thread (``method = "cpu-time"``): a shared 2-core CI machine ste
 a benchmark, not CPU time, so CPU time is the number that stays put when the machine is busy; the
 wall-clock median is kept as information.
 
-Peak memory (:func:`peak_memory`) is measured in its own eager calls, before capture:
-``max_memory_allocated()`` minus the allocation before the call, twice, to show it is
+Peak memory (:func:`peak_memory`) is measured in its own eager calls, before capture: the peak
+of the bytes the call's tensors request minus those requested before it (the caching allocator's
+``requested_bytes``, independent of which cached blocks it hands out), twice, to show it is
 deterministic.
 
 The settings that change kernels or numbers (TF32, cuDNN benchmark mode, SDPA backends, matmul
