@@ -20,8 +20,9 @@ reused by every later case whose reference inputs are *equal*:
 A reused reference is the same tensors the computation would give (the float64 reference is
 deterministic on one device), so a reused error is the recomputed one, bit for bit.  The entries
 stay on the device they were computed on, bounded by bytes (:data:`MAX_BYTES`, least recently
-used first out): the memory benchmarks measure each call's peak above what was allocated before
-it, so what the cache holds does not enter them.
+used first out), in perfguard's own memory pool (:mod:`perfguard.engine.held_memory`): the
+default pool that the code under test allocates from holds nothing of them between cases, and the
+memory benchmarks count the bytes a call requests, so what the cache holds does not enter them.
 """
 
 from __future__ import annotations
