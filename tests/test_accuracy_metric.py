@@ -333,3 +333,12 @@ def test_reference_blocks_read_only_the_key_columns_their_rows_reach() -> None:
         torch.testing.assert_close(out[0, :, 0], want, rtol=1e-13, atol=1e-13)
     finally:
         accuracy.BLOCK_ROWS = old
+
+
+def test_a_pattern_with_a_negative_count_is_refused_not_read_as_another_count() -> None:
+    """Counts are multiplicities: a -1 beside positive counts must not index the log table from its end."""
+    counts = torch.ones(1, 8, 8, dtype=torch.int32)
+    counts[0, 3, 5] = -1
+    q, k, v = (torch.randn(1, 8, 1, 4, dtype=torch.float64) for _ in range(3))
+    with pytest.raises(ValueError, match="negative count"):
+        accuracy._HeadwiseAttention.apply(q, k, v, counts, None)

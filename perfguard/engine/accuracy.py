@@ -328,9 +328,9 @@ def _log_counts(counts: torch.Tensor) -> torch.Tensor:
     """``log c`` for every count value ``c`` in ``0..max(counts)`` in float64 (``log 0 = -inf``: a
     hidden key): a table that :func:`_probs` gathers from, instead of converting every count to
     float64 and taking its logarithm in each block (two passes over the scores fewer)."""
-    top = int(counts.max().item()) if counts.numel() else 0
-    if top < 0:
-        raise ValueError(f"the declared pattern has a negative count ({top}): counts are multiplicities")
+    low, top = (int(x) for x in torch.aminmax(counts)) if counts.numel() else (0, 0)
+    if low < 0:  # a negative count would index the table from its end
+        raise ValueError(f"the declared pattern has a negative count ({low}): counts are multiplicities")
     return torch.arange(top + 1, dtype=torch.float64, device=counts.device).log_()
 
 

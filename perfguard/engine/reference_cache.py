@@ -81,8 +81,9 @@ def _gemm_fits(head: torch.Tensor) -> bool:
     return int(low) >= 0 and int(high) <= _MAX_COUNT
 
 
-def _head_fingerprint(head: torch.Tensor) -> tuple[str, int]:
-    """One head's fingerprint (see :func:`fingerprint`), named by the path that computed it."""
+def _head_fingerprint(head: torch.Tensor, sum_weights: Callable[[], torch.Tensor]) -> tuple[str, int]:
+    """One head's fingerprint (see :func:`fingerprint`), named by the path that computed it.
+    ``sum_weights``: the elementwise sum's ``m x n`` weights, drawn once per count tensor."""
     m, n = head.shape
     if _gemm_fits(head):
         with held(head.device):  # kept between cases: out of the default pool
@@ -93,7 +94,7 @@ def _head_fingerprint(head: torch.Tensor) -> tuple[str, int]:
             pass
     flat = head.reshape(-1)
     bits = flat.to(torch.float64).view(torch.int64) if flat.is_floating_point() else flat  # exact values
-    return "sum", int((bits * _splitmix(flat.numel(), head.device)).sum())
+    return "sum", int((bits * sum_weights()).sum())
 
 
 def fingerprint(counts: torch.Tensor) -> tuple[tuple[str, int], ...]:
@@ -111,7 +112,8 @@ def fingerprint(counts: torch.Tensor) -> tuple[tuple[str, int], ...]:
     Other heads (negative, floating, larger counts, odd shapes) take that elementwise sum: floating
     counts by their bits.  Each value names its path, so the two kinds never compare equal.
     """
-    return tuple(_head_fingerprint(counts[h]) for h in range(counts.shape[0]))
+    sum_weights = functools.cache(lambda: _splitmix(counts[0].numel(), counts.device))
+    return tuple(_head_fingerprint(counts[h], sum_weights) for h in range(counts.shape[0]))
 
 
 @dataclass
